@@ -1,0 +1,45 @@
+"""One exception tree for the agent core, and the control-flow signals that stand outside it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class BatonError(Exception):
+    """Base of every error Baton raises on purpose."""
+
+
+class ToolError(BatonError):
+    """A tool refused or failed a call; the loop turns it into an `is_error` tool_result."""
+
+
+class ToolDefinitionError(BatonError):
+    """A function cannot be a tool (missing hints, unsupported parameter types, bad effect)."""
+
+
+class ToolLoadError(BatonError):
+    """`BATON_TOOLS` names something that is not a list of tools."""
+
+
+class ProviderError(BatonError):
+    """A provider request failed for good; carries its failure class and the usage it spent."""
+
+    def __init__(self, message: str, *, failure_class: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+        self.retryable = retryable
+
+
+class LeaseLost(BatonError):
+    """Another execution owns this chat or run now; a stale holder must not write."""
+
+
+CancelReason = Literal["stop", "drain"]
+
+
+class Cancelled(Exception):
+    """Raised inside the loop when a stop or a worker drain was requested. Not a failure."""
+
+    def __init__(self, reason: CancelReason) -> None:
+        super().__init__(reason)
+        self.reason: CancelReason = reason

@@ -1,0 +1,119 @@
+"""Failure classes and the one classifier that knows the provider's exceptions."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+import anthropic
+import httpx2
+
+from agent.errors import Cancelled, ProviderError, ToolError
+
+
+class FailureClass(StrEnum):
+    INFRA_TRANSIENT = "infra_transient"
+    PROVIDER_STALL = "provider_stall"
+    PROVIDER_OVERLOADED = "provider_overloaded"
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_SERVER_ERROR = "provider_server_error"
+    PROVIDER_AUTH = "provider_auth"
+    PROVIDER_BAD_REQUEST = "provider_bad_request"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    ROUND_CEILING = "round_ceiling"
+    TOOL_ERROR = "tool_error"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Classified:
+    """What a failure is, and how long the provider asked us to wait (seconds), if it did."""
+
+    failure_class: FailureClass
+    retry_after: float | None = None
+
+
+class IncompleteStream(Exception):
+    """The stream ended cleanly but without `message_stop`: the answer is partial."""
+
+
+class StreamStalled(Exception):
+    """No stream event arrived within the idle timeout."""
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """Parse a `retry-after` header: seconds, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+
+
+def _status_class(status: int, error_type: str | None) -> FailureClass:
+    if error_type == "overloaded_error" or status == 529:
+        return FailureClass.PROVIDER_OVERLOADED
+    if error_type == "rate_limit_error" or status == 429:
+        return FailureClass.PROVIDER_RATE_LIMITED
+    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
+        return FailureClass.PROVIDER_AUTH
+    if status == 402 or error_type == "billing_error":
+        return FailureClass.BUDGET_EXCEEDED
+    if status in (408, 409):
+        return FailureClass.INFRA_TRANSIENT
+    if status >= 500 or error_type in ("api_error",):
+        return FailureClass.PROVIDER_SERVER_ERROR
+    if 400 <= status < 500:
+        return FailureClass.PROVIDER_BAD_REQUEST
+    return FailureClass.UNKNOWN
+
+
+def _error_type(err: anthropic.APIStatusError) -> str | None:
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+            return inner["type"]
+    return getattr(err, "type", None) if isinstance(getattr(err, "type", None), str) else None
+
+
+def _classify_one(exc: BaseException) -> Classified | None:
+    if isinstance(exc, ProviderError):
+        return Classified(FailureClass(exc.failure_class))
+    if isinstance(exc, Cancelled):
+        return Classified(FailureClass.CANCELLED)
+    if isinstance(exc, ToolError):
+        return Classified(FailureClass.TOOL_ERROR)
+    if isinstance(exc, StreamStalled | httpx2.ReadTimeout | anthropic.APITimeoutError):
+        return Classified(FailureClass.PROVIDER_STALL)
+    if isinstance(exc, anthropic.APIStatusError):
+        retry_after = retry_after_seconds(exc.response.headers.get("retry-after"))
+        return Classified(_status_class(exc.status_code, _error_type(exc)), retry_after)
+    if isinstance(
+        exc,
+        IncompleteStream | anthropic.APIConnectionError | httpx2.TransportError | ConnectionError,
+    ):
+        return Classified(FailureClass.INFRA_TRANSIENT)
+    return None
+
+
+def classify(exc: BaseException) -> Classified:
+    """Map any exception to its failure class, walking `__cause__`/`__context__` to the root."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _classify_one(current)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return Classified(FailureClass.UNKNOWN)

@@ -1,0 +1,29 @@
+"""The in-memory `Edge`: the stub beside the Redis journal, for unit tests and the pure demo paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.loop import EventDraft
+
+
+@dataclass
+class MemoryEdge:
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[EventDraft] = field(default_factory=list)
+    writes: int = 0
+
+    def recorded(self, step_id: str) -> dict[str, Any] | None:
+        return self.steps.get(step_id)
+
+    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
+        self.steps[step_id] = record
+        self.events.extend(events)
+        self.writes += 1
+
+    def emit(self, events: list[EventDraft]) -> None:
+        self.events.extend(events)
+
+    def types(self) -> list[str]:
+        return [kind for kind, _ in self.events]

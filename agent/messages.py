@@ -1,0 +1,124 @@
+"""Message and content-block models: what the transcript stores and what the provider is sent."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+INTERRUPTED_RESULT = "[Interrupted before result was recorded]"
+RESUMED_NOTICE = "Continued from the tool results already fetched."
+STOPPED_NOTICE = "Stopped by user."
+DEPLOY_NOTICE = "Interrupted by a platform deploy; resuming (attempt {attempt} of {max_attempts})."
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class TextBlock(_Block):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    # Set when Baton wrote the result itself (an interrupted call), never by a tool.
+    synthesized: bool = False
+
+
+class NoticeBlock(_Block):
+    """A system notice for people (a resume, a stop, a deploy, an error); never sent to the model."""
+
+    type: Literal["notice"] = "notice"
+    kind: str
+    text: str
+
+
+Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | NoticeBlock, Field(discriminator="type")]
+Role = Literal["user", "assistant", "notice"]
+
+
+class Message(BaseModel):
+    """One transcript entry. `turn_id` ties it to the chat turn or run step that wrote it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: Role
+    content: tuple[Block, ...]
+    turn_id: str | None = None
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock | NoticeBlock))
+
+
+def user_text(text: str, turn_id: str | None = None) -> Message:
+    return Message(role="user", content=(TextBlock(text=text),), turn_id=turn_id)
+
+
+def notice(kind: str, text: str, turn_id: str | None = None) -> Message:
+    return Message(role="notice", content=(NoticeBlock(kind=kind, text=text),), turn_id=turn_id)
+
+
+_BLOCK = TypeAdapter(Block)
+
+
+def load_message(raw: str | bytes | dict[str, Any]) -> Message | None:
+    """Parse a stored message, dropping blocks this version does not understand; None if unreadable."""
+    try:
+        data = json.loads(raw) if isinstance(raw, str | bytes) else raw
+        blocks = []
+        for block in data.get("content", ()):
+            try:
+                blocks.append(_BLOCK.validate_python(block))
+            except ValidationError:
+                continue
+        return Message(role=data["role"], content=tuple(blocks), turn_id=data.get("turn_id"))
+    except (ValueError, KeyError, TypeError, ValidationError):
+        return None
+
+
+def dump_message(message: Message) -> str:
+    return message.model_dump_json()
+
+
+def block_to_api(block: TextBlock | ToolUseBlock | ToolResultBlock) -> dict[str, Any]:
+    """The Messages API form of a block (Baton-only fields removed)."""
+    if isinstance(block, ToolResultBlock):
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    return block.model_dump()
+
+
+def to_api(messages: list[Message]) -> list[dict[str, Any]]:
+    """Model input: user and assistant messages only, notices left out, empty messages dropped."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "notice":
+            continue
+        blocks = [block_to_api(b) for b in message.content if not isinstance(b, NoticeBlock)]
+        if blocks:
+            out.append({"role": message.role, "content": blocks})
+    return out

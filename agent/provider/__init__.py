@@ -1,0 +1,1 @@
+"""Providers: the protocol, the Anthropic streaming implementation, the scripted one, and replay."""

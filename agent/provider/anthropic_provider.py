@@ -1,0 +1,87 @@
+"""The Anthropic provider: the official SDK, streaming, with its own retries off.
+
+The SDK's read timeout is per read, so setting it to the idle timeout turns a silent stream into
+`httpx2.ReadTimeout` (a stall). A stop or drain closes the response from the cancel token's
+callback, which unblocks a read that is waiting on a silent socket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import httpx2
+
+from agent.cancel import CancelToken
+from agent.errors import Cancelled, ProviderError
+from agent.failures import FailureClass, IncompleteStream
+from agent.provider.base import Answer, AttemptFailed, ProviderRequest, TextSink
+from agent.provider.reducer import Snapshot, accumulate
+
+
+class AnthropicProvider:
+    """Streams answers from the Messages API; every fault surfaces as `AttemptFailed` for replay."""
+
+    def __init__(self, *, idle_timeout: float, client: anthropic.Anthropic | None = None) -> None:
+        self._idle_timeout = idle_timeout
+        self._client = client
+
+    def _get_client(self) -> anthropic.Anthropic:
+        if self._client is None:
+            try:
+                self._client = anthropic.Anthropic(
+                    max_retries=0,  # the retry budget is ours alone; budgets must never multiply
+                    timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
+                )
+            except anthropic.AnthropicError as err:
+                raise ProviderError(
+                    "no Anthropic API key is configured (set ANTHROPIC_API_KEY)",
+                    failure_class=FailureClass.PROVIDER_AUTH,
+                    retryable=False,
+                ) from err
+        return self._client
+
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+        cancel.raise_if_set()
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": request.messages,
+            "stream": True,
+        }
+        if request.tools:
+            params["tools"] = request.tools
+        if request.system:
+            params["system"] = request.system
+        snapshot = Snapshot()
+        try:
+            stream = self._get_client().messages.create(**params)
+        except Exception as err:
+            raise AttemptFailed(err, snapshot.usage, had_output=False) from err
+        unregister = cancel.on_cancel(stream.response.close)
+        try:
+            for event in stream:
+                raw = event.to_dict()
+                accumulate(raw, snapshot)
+                if on_text is not None and raw.get("type") == "content_block_delta":
+                    delta = raw["delta"]
+                    if delta.get("type") == "text_delta":
+                        on_text(delta["text"])
+                cancel.raise_if_set()
+        except Cancelled:
+            raise
+        except Exception as err:
+            if cancel.is_set():
+                raise Cancelled(cancel.reason or "stop") from err
+            raise AttemptFailed(err, snapshot.usage, had_output=snapshot.had_output) from err
+        finally:
+            unregister()
+            stream.close()
+        if not snapshot.stopped:
+            cancel.raise_if_set()
+            raise AttemptFailed(
+                IncompleteStream("the stream ended without message_stop"),
+                snapshot.usage,
+                had_output=snapshot.had_output,
+            )
+        return snapshot.to_answer()

@@ -1,0 +1,74 @@
+"""The stream reducer: raw Messages API stream events folded into a snapshot, one event at a time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.messages import TextBlock, ToolUseBlock
+from agent.provider.base import Answer, TokenUsage
+
+
+@dataclass
+class Snapshot:
+    """The answer so far. `stopped` only after `message_stop`: anything less is partial."""
+
+    message_id: str = ""
+    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    stop_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stopped: bool = False
+    had_output: bool = False
+
+    @property
+    def usage(self) -> TokenUsage:
+        return TokenUsage(self.input_tokens, self.output_tokens)
+
+    def to_answer(self) -> Answer:
+        content: list[TextBlock | ToolUseBlock] = []
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            if block["type"] == "text":
+                content.append(TextBlock(text=block["text"]))
+            elif block["type"] == "tool_use":
+                raw = block.get("partial_json", "")
+                tool_input = json.loads(raw) if raw else dict(block.get("input") or {})
+                content.append(ToolUseBlock(id=block["id"], name=block["name"], input=tool_input))
+        return Answer(self.message_id, tuple(content), self.stop_reason, self.usage)
+
+
+def accumulate(event: dict[str, Any], snapshot: Snapshot) -> Snapshot:
+    """Fold one raw stream event into the snapshot; unknown event types leave it unchanged."""
+    kind = event.get("type")
+    if kind == "message_start":
+        message = event.get("message", {})
+        snapshot.message_id = message.get("id", "")
+        usage = message.get("usage") or {}
+        snapshot.input_tokens = usage.get("input_tokens", 0) or 0
+        snapshot.output_tokens = usage.get("output_tokens", 0) or 0
+    elif kind == "content_block_start":
+        block = dict(event["content_block"])
+        if block.get("type") == "tool_use":
+            block["partial_json"] = ""
+        snapshot.blocks[event["index"]] = block
+        snapshot.had_output = True
+    elif kind == "content_block_delta":
+        block = snapshot.blocks[event["index"]]
+        delta = event["delta"]
+        if delta.get("type") == "text_delta":
+            block["text"] = block.get("text", "") + delta["text"]
+        elif delta.get("type") == "input_json_delta":
+            block["partial_json"] += delta.get("partial_json", "")
+        snapshot.had_output = True
+    elif kind == "message_delta":
+        snapshot.stop_reason = (event.get("delta") or {}).get("stop_reason", snapshot.stop_reason)
+        usage = event.get("usage") or {}
+        if usage.get("output_tokens") is not None:
+            snapshot.output_tokens = usage["output_tokens"]
+        if usage.get("input_tokens"):
+            snapshot.input_tokens = usage["input_tokens"]
+    elif kind == "message_stop":
+        snapshot.stopped = True
+    return snapshot

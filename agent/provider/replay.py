@@ -1,0 +1,94 @@
+"""Stream replay: a broken attempt is discarded and the same request re-sent, inside one budget.
+
+Attempts before and after output share the budget. Tools are dispatched only after a stream
+completes, so discarding an attempt (even one holding complete tool calls) has no effect to undo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.cancel import CancelToken
+from agent.errors import Cancelled, ProviderError
+from agent.failures import FailureClass, classify
+from agent.policy import Backoff, Driver, compute_backoff, policy_for, should_replay
+from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TextSink, TokenUsage
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """One discarded attempt, for the `turn.retry` event and the usage record."""
+
+    message_id: str
+    attempt: int
+    failure_class: FailureClass
+    reason: str
+    had_output: bool
+    usage: TokenUsage
+    delay: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A completed answer and what it took: attempts, discarded attempts, tokens (discarded included)."""
+
+    answer: Answer
+    attempts: int
+    discarded_attempts: int
+    usage: TokenUsage
+
+
+class RequestFailed(ProviderError):
+    """The budget is spent or the failure is not replayable."""
+
+    def __init__(
+        self, message: str, *, failure_class: FailureClass, retryable: bool, attempts: int, usage: TokenUsage
+    ) -> None:
+        super().__init__(message, failure_class=failure_class, retryable=retryable)
+        self.attempts = attempts
+        self.discarded_attempts = attempts
+        self.usage = usage
+
+
+def request_with_replay(
+    provider: Provider,
+    request: ProviderRequest,
+    *,
+    message_id: str,
+    budget: int,
+    backoff: Backoff,
+    cancel: CancelToken,
+    driver: Driver = Driver.CHAT_TURN,
+    on_retry: Callable[[RetryNotice], None] | None = None,
+    on_text: TextSink | None = None,
+) -> Outcome:
+    """Send `request` until one stream completes or the shared budget says stop."""
+    usage = TokenUsage()
+    for attempt in range(1, budget + 1):
+        cancel.raise_if_set()
+        try:
+            answer = provider.stream(request, cancel=cancel, on_text=on_text)
+        except AttemptFailed as failed:
+            usage = usage + failed.usage
+            found = classify(failed.cause)
+            reason = str(failed)
+            if not should_replay(found.failure_class, attempt, budget):
+                raise RequestFailed(
+                    f"{found.failure_class}: {reason}",
+                    failure_class=found.failure_class,
+                    retryable=policy_for(driver, found.failure_class).retryable,
+                    attempts=attempt,
+                    usage=usage,
+                ) from failed.cause
+            delay = compute_backoff(attempt, backoff, retry_after=found.retry_after)
+            if on_retry is not None:
+                notice = RetryNotice(
+                    message_id, attempt, found.failure_class, reason, failed.had_output, failed.usage, delay
+                )
+                on_retry(notice)
+            if delay > 0 and cancel.wait(delay):
+                raise Cancelled(cancel.reason or "stop") from None
+            continue
+        return Outcome(answer, attempt, attempt - 1, usage + answer.usage)
+    raise AssertionError("unreachable: the last attempt either returns or raises")

@@ -1,0 +1,75 @@
+"""The one state object the loop steps over; a stored round is built from it and seeds it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.messages import Message
+
+
+class Usage(BaseModel):
+    """Tokens and attempts of a turn or run; discarded attempts are included in the token totals."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    attempts: int = 0
+    discarded_attempts: int = 0
+
+    def add(self, *, input_tokens: int, output_tokens: int, attempts: int, discarded: int) -> None:
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.attempts += attempts
+        self.discarded_attempts += discarded
+
+
+class DedupEntry(BaseModel):
+    """A read call's result, valid while no write happened since (`mutations` unchanged)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    content: str
+    is_error: bool
+    mutations: int
+
+
+class ToolLogEntry(BaseModel):
+    """The display log of tool calls: what ran, and how it ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    effect: str
+    status: str  # "ok", "error", "deduplicated", "interrupted", "replayed"
+
+
+class LoopState(BaseModel):
+    """Mid-turn state. `messages` are the turn's own messages after the loaded history."""
+
+    messages: list[Message] = Field(default_factory=list)
+    rounds_used: int = 0
+    dedup: dict[str, DedupEntry] = Field(default_factory=dict)
+    mutations: int = 0
+    executed: list[str] = Field(default_factory=list)
+    tool_log: list[ToolLogEntry] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    resumed: bool = False
+    reply: str | None = None
+
+
+def dedup_key(name: str, arguments: dict[str, Any]) -> str:
+    """Identical calls share a key: the tool name and its arguments in canonical JSON."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()[:24]}"
+
+
+def tool_summary(state: LoopState) -> str:
+    """The system message a failed turn leaves: which tool calls were already made."""
+    if not state.tool_log:
+        return ""
+    calls = ", ".join(f"{entry.name} ({entry.status})" for entry in state.tool_log)
+    return f"Tool calls made before the failure: {calls}."

@@ -1,0 +1,80 @@
+"""One settings object, read from the environment; a bad value fails at start naming its variable."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+class SettingsError(Exception):
+    """A setting is missing or malformed; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    """Every knob Baton reads. Names are the contract's `BATON_*` variables."""
+
+    model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore", frozen=True)
+
+    redis_url: str = Field("redis://localhost:6379/0", pattern=r"^(redis|rediss|unix)://")
+    broker_url: str | None = Field(None, pattern=r"^(redis|rediss|unix|amqp|amqps)://")
+    provider: Literal["anthropic", "scripted"] = "anthropic"
+    model: str = Field(DEFAULT_MODEL, min_length=1)
+    tools: str = ""
+    stream_idle_timeout: float = Field(20.0, gt=0, le=3600)
+    retry_budget: int = Field(4, ge=1, le=20)
+    round_ttl: int = Field(600, ge=1)
+    round_max_bytes: int = Field(98304, ge=1024)
+    max_interruptions: int = Field(3, ge=0, le=100)
+    max_rounds: int = Field(12, ge=1, le=200)
+
+    # Beyond the contract: operational knobs with safe defaults.
+    queue: str = Field("baton", pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    lease_ttl: float = Field(15.0, ge=1, le=600)
+    run_max_steps: int = Field(50, ge=1, le=10_000)
+    run_wall_clock: float = Field(4 * 3600.0, gt=0)
+    backoff_scale: float = Field(1.0, ge=0, le=10)
+    stop_grace: float = Field(1.0, ge=0, le=60)
+    drain_grace: float = Field(3.0, ge=0, le=60)
+    log_json: bool = False
+    max_text_chars: int = Field(100_000, ge=1)
+
+    @model_validator(mode="after")
+    def _broker_defaults_to_store(self) -> Settings:
+        if self.broker_url is None:
+            object.__setattr__(self, "broker_url", self.redis_url)
+        return self
+
+    @property
+    def broker(self) -> str:
+        return self.broker_url or self.redis_url
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        field = str(problem["loc"][0]) if problem["loc"] else "settings"
+        variable = f"BATON_{field.upper()}"
+        raw = os.environ.get(variable)
+        shown = f" (got {raw!r})" if raw is not None else ""
+        lines.append(f"{variable}: {problem['msg']}{shown}")
+    return "invalid settings: " + "; ".join(lines)
+
+
+def load_settings() -> Settings:
+    """Read the environment now; raises `SettingsError` naming each bad variable."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise SettingsError(_explain(err)) from None
+
+
+@lru_cache(maxsize=1)
+def current() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

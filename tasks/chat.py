@@ -1,0 +1,32 @@
+"""The chat-turn driver: one turn of one chat, single-flight per chat, resumable from a stored round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+
+from agent.policy import Driver
+from tasks import keys
+from tasks.app import app, settings
+from tasks.driving import act, reject_invalid
+from tasks.execution import Execution, Unit
+
+
+@app.task(
+    bind=True,
+    name="baton.chat_turn",
+    max_retries=None,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    driver=Driver.CHAT_TURN,
+)
+def chat_turn(self: Task, chat_id: str, turn_id: str) -> dict[str, Any]:
+    """Run (or replay, or resume) one chat turn."""
+    if not (isinstance(chat_id, str) and keys.ID_PATTERN.match(chat_id)) or not (
+        isinstance(turn_id, str) and keys.ID_PATTERN.match(turn_id)
+    ):
+        reject_invalid(self, f"malformed ids: chat_id={chat_id!r} turn_id={turn_id!r}")
+    unit = Unit(Driver.CHAT_TURN, keys.owner("chat", chat_id), turn_id)
+    outcome = Execution(settings, unit, hostname=self.request.hostname or "", task_id=self.request.id).run()
+    return act(self, outcome)

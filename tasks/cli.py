@@ -1,0 +1,155 @@
+"""`baton`: the command line. Every command takes --json and then prints exactly one JSON object.
+
+Exit status: 0 success (enqueued, or completed with --wait), 1 failed/stopped/timeout, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from config.settings import SettingsError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # bad usage is bad input: exit 2 with a clear line
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"baton: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="baton", description="LLM chat turns and coding runs on Celery and Redis.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        return p
+
+    p = cmd("send", "send a message to a chat")
+    p.add_argument("chat_id")
+    p.add_argument("text")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
+    p.add_argument("id")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p = cmd("run", "start a coding run in a workspace")
+    p.add_argument("goal")
+    p.add_argument("--workspace", required=True)
+    p.add_argument("--run-id")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=3600.0)
+    p = cmd("status", "a run's status")
+    p.add_argument("run_id")
+    p = cmd("stop", "stop a chat's running turn or a run")
+    p.add_argument("id")
+    p = cmd("transcript", "a chat's or run's transcript")
+    p.add_argument("id")
+    p = cmd("events", "a chat's or run's events, one per line")
+    p.add_argument("id")
+    p.add_argument("--follow", action="store_true")
+    p.add_argument("--after")
+    p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
+    p.add_argument("celery_args", nargs=argparse.REMAINDER)
+    cmd("demo", "run the embedded stack and tour what Baton does")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "worker":
+        os.execvp("celery", ["celery", "-A", "tasks", "worker", "-l", "info", *args.celery_args])
+    if args.command == "demo":
+        from tasks.demo import main as demo_main
+
+        return demo_main(json_output=args.json)
+    from tasks.client import Client, NotFound, ValidationError
+
+    try:
+        client = Client()
+    except SettingsError as err:
+        print(f"baton: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(client, args)
+    except (ValidationError, NotFound) as err:
+        if args.json:
+            print(json.dumps({"error": str(err)}))
+        print(f"baton: {err}", file=sys.stderr)
+        return 2
+    finally:
+        client.close()
+
+
+def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
+    print(json.dumps(payload, ensure_ascii=False) if args.json else human)
+
+
+def _dispatch(client: Any, args: argparse.Namespace) -> int:
+    from tasks.cli_views import render_message, render_turn, run_exit, turn_exit
+
+    if args.command in ("send", "retry"):
+        ref = client.send_message(args.chat_id, args.text) if args.command == "send" else client.retry(args.id)
+        if hasattr(ref, "run_id"):
+            status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
+            _emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")
+            return run_exit(status, args.wait)
+        if args.wait and not args.json and sys.stdout.isatty():
+            from tasks.cli_views import live_progress
+
+            live_progress(client, ref, args.timeout)
+        result = client.wait(ref, timeout=args.timeout) if args.wait else client.turn(ref.chat_id, ref.turn_id)
+        _emit(args, result.model_dump(), render_turn(result))
+        return turn_exit(result, args.wait)
+    if args.command == "run":
+        ref = client.start_run(args.goal, args.workspace, run_id=args.run_id)
+        status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
+        _emit(
+            args,
+            status.model_dump(),
+            f"run {status.run_id}: {status.status}" + (f"\n{status.reply}" if status.reply else ""),
+        )
+        return run_exit(status, args.wait)
+    if args.command == "status":
+        status = client.run_status(args.run_id)
+        _emit(
+            args,
+            status.model_dump(),
+            f"run {status.run_id}: {status.status} ({status.steps} steps, {status.interruptions} interruptions)",
+        )
+        return 0
+    if args.command == "stop":
+        out = client.stop(args.id)
+        _emit(args, out, out["message"])
+        return 0
+    if args.command == "transcript":
+        messages = client.transcript(args.id)
+        payload = {"id": args.id, "messages": [m.model_dump(mode="json") for m in messages]}
+        _emit(args, payload, "\n".join(render_message(m) for m in messages))
+        return 0
+    if args.command == "events":
+        after = args.after
+        while True:
+            events = client.follow(args.id, after) if args.follow else client.events(args.id, after)
+            for event in events:
+                print(event.model_dump_json() if args.json else _event_line(event), flush=True)
+                after = event.id
+            if not args.follow:
+                return 0
+    raise AssertionError(args.command)
+
+
+def _event_line(event: Any) -> str:
+    data = event.model_dump(exclude={"id", "at", "type", "chat_id", "run_id"}, exclude_none=True)
+    return f"{event.id}  {event.type:<16} {json.dumps(data, ensure_ascii=False)}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

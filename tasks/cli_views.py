@@ -1,0 +1,61 @@
+"""How the CLI shows turns, runs and transcripts to a person, and its exit codes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from agent.messages import Message, NoticeBlock, TextBlock, ToolResultBlock, ToolUseBlock
+
+
+def turn_exit(result: Any, waited: bool) -> int:
+    if not waited:
+        return 0
+    return 0 if result.status == "completed" else 1
+
+
+def run_exit(status: Any, waited: bool) -> int:
+    if not waited:
+        return 0 if status.status not in ("failed", "stopped") else 1
+    return 0 if status.status == "completed" else 1
+
+
+def render_turn(result: Any) -> str:
+    lines = [f"turn {result.turn_id} in {result.chat_id}: {result.status}" + (" (resumed)" if result.resumed else "")]
+    if result.reply:
+        lines.append(result.reply)
+    if result.failure:
+        lines.append(
+            f"failure: {result.failure['class']} (retryable: {result.failure['retryable']}): "
+            f"{result.failure['message']}"
+        )
+    return "\n".join(lines)
+
+
+def render_message(message: Message) -> str:
+    parts = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            parts.append(f"→ {block.name}({block.input})")
+        elif isinstance(block, ToolResultBlock):
+            parts.append(f"← {'error: ' if block.is_error else ''}{block.content[:200]}")
+        elif isinstance(block, NoticeBlock):
+            parts.append(f"[{block.text}]")
+    return f"{message.role:>9}: " + " ".join(parts)
+
+
+def live_progress(client: Any, ref: Any, timeout: float) -> None:
+    """Print a turn's events as they happen, until it ends or the timeout passes."""
+    deadline = time.monotonic() + timeout
+    after = None
+    while time.monotonic() < deadline:
+        for event in client.follow(ref.chat_id, after, block_ms=500):
+            after = event.id
+            if getattr(event, "turn_id", None) not in (None, ref.turn_id):
+                continue
+            sys.stderr.write(f"  · {event.type}\n")
+            if event.type in ("turn.completed", "turn.failed", "turn.stopped"):
+                return

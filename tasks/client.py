@@ -1,0 +1,246 @@
+"""The Python client a web app calls: send, wait, retry, stop, read transcripts, events and runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import redis
+from celery import Celery
+
+from agent.events import Event, decode_event, encode_event
+from agent.messages import Message
+from agent.rounds import same_text
+from config.celeryconfig import celery_config
+from config.settings import Settings, load_settings
+from tasks import keys
+from tasks.execution import chat_head, load_record, load_transcript
+from tasks.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
+
+
+class ValidationError(ValueError):
+    """Bad input, refused before anything is enqueued."""
+
+
+class NotFound(LookupError):
+    """No chat turn or run by that id."""
+
+
+def _check_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or not keys.ID_PATTERN.match(value):
+        raise ValidationError(
+            f"{what} must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit;"
+            f" got {value!r}"
+        )
+    return value
+
+
+class Client:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or load_settings()
+        self.redis = redis.Redis.from_url(self.settings.redis_url)
+        self._celery = Celery("baton-client")
+        self._celery.conf.update(celery_config(self.settings))
+
+    def close(self) -> None:
+        self.redis.close()
+
+    # -- chat turns ------------------------------------------------------------------------------
+
+    def _check_text(self, text: object) -> str:
+        if not isinstance(text, str):
+            raise ValidationError("text must be a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValidationError("text is not valid UTF-8") from err
+        if not text.strip():
+            raise ValidationError("text is empty")
+        if len(text) > self.settings.max_text_chars:
+            raise ValidationError(f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}")
+        return text
+
+    def send_message(self, chat_id: str, text: str) -> TurnRef:
+        """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead."""
+        _check_id(chat_id, "chat_id")
+        self._check_text(text)
+        owner = keys.owner("chat", chat_id)
+        last = self._last_turn(owner)
+        if last is not None and last.status == "failed" and same_text(last.text, text):
+            return self._retry_turn(last)
+        turn_id = f"t-{uuid.uuid4().hex[:16]}"
+        task_id = str(uuid.uuid4())
+        now = time.time()
+        rec = UnitRecord(
+            kind="turn", owner_id=owner, unit_id=turn_id, text=text, task_id=task_id, created_at=now, updated_at=now
+        )
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(keys.record(owner, turn_id), mapping=rec.to_hash())
+        pipe.rpush(keys.queue(owner), turn_id)
+        pipe.rpush(keys.turns(owner), turn_id)
+        pipe.delete(keys.round_slot(owner))  # a new message invalidates any stored round
+        pipe.xadd(keys.events(owner), {"e": encode_event("turn.queued", owner, {"turn_id": turn_id})})
+        pipe.execute()
+        self._celery.send_task("baton.chat_turn", args=[chat_id, turn_id], task_id=task_id, queue=self.settings.queue)
+        return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
+
+    def _last_turn(self, owner: str) -> UnitRecord | None:
+        last = self.redis.lindex(keys.turns(owner), -1)
+        return load_record(self.redis, owner, last.decode()) if last else None
+
+    def _retry_turn(self, rec: UnitRecord) -> TurnRef:
+        task_id = str(uuid.uuid4())
+        self._requeue_failed(rec, task_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.rpush(keys.queue(rec.owner_id), rec.unit_id)
+        pipe.xadd(
+            keys.events(rec.owner_id),
+            {"e": encode_event("turn.queued", rec.owner_id, {"turn_id": rec.unit_id, "retry": True})},
+        )
+        pipe.execute()
+        chat_id = rec.owner_id.partition(":")[2]
+        self._celery.send_task(
+            "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=task_id, queue=self.settings.queue
+        )
+        return TurnRef(chat_id=chat_id, turn_id=rec.unit_id, task_id=task_id)
+
+    def _requeue_failed(self, rec: UnitRecord, task_id: str) -> None:
+        self.redis.hset(
+            keys.record(rec.owner_id, rec.unit_id),
+            mapping={
+                "status": json.dumps("queued"),
+                "generation": json.dumps(rec.generation + 1),
+                "resume_pending": "true",
+                "history_len": "-1",
+                "failure": "null",
+                "task_id": json.dumps(task_id),
+                "committed": "0",
+                "updated_at": json.dumps(time.time()),
+            },
+        )
+
+    def turn(self, chat_id: str, turn_id: str) -> TurnResult:
+        rec = load_record(self.redis, keys.owner("chat", _check_id(chat_id, "chat_id")), _check_id(turn_id, "turn_id"))
+        if rec is None:
+            raise NotFound(f"no turn {turn_id} in chat {chat_id}")
+        return turn_result(rec)
+
+    def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
+        """Block until the turn or run ends (awaiting its events, not polling blindly) or the timeout."""
+        if isinstance(ref, RunRef):
+            owner, unit = keys.owner("run", ref.run_id), ref.run_id
+        else:
+            owner, unit = keys.owner("chat", ref.chat_id), ref.turn_id
+        deadline = time.monotonic() + timeout
+        last_id = "0-0"
+        while True:
+            rec = load_record(self.redis, owner, unit)  # the record is the truth; events only wake us
+            if rec is None:
+                raise NotFound(f"no such turn or run: {unit}")
+            if rec.terminal or time.monotonic() >= deadline:
+                return turn_result(rec) if rec.kind == "turn" else run_status(rec)
+            block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
+            found = self.redis.xread({keys.events(owner): last_id}, block=block_ms, count=100)
+            for _stream, entries in found or []:
+                for stream_id, _fields in entries:
+                    last_id = stream_id.decode()
+
+    # -- either kind -----------------------------------------------------------------------------
+
+    def _owner(self, ident: str) -> str:
+        _check_id(ident, "id")
+        run_owner = keys.owner("run", ident)
+        return run_owner if self.redis.exists(keys.record(run_owner, ident)) else keys.owner("chat", ident)
+
+    def retry(self, ident: str) -> TurnRef | RunRef:
+        """Re-run a chat's last failed turn or a failed run; resumes from a stored round if one is live."""
+        owner = self._owner(ident)
+        if owner.startswith("run:"):
+            rec = load_record(self.redis, owner, ident)
+            if rec is None or rec.status != "failed":
+                raise ValidationError(f"run {ident} has not failed (status {rec.status if rec else 'unknown'})")
+            task_id = str(uuid.uuid4())
+            self._requeue_failed(rec, task_id)
+            self._celery.send_task("baton.coding_run", args=[ident], task_id=task_id, queue=self.settings.queue)
+            return RunRef(run_id=ident, task_id=task_id)
+        last = self._last_turn(owner)
+        if last is None or last.status != "failed":
+            raise ValidationError(f"chat {ident} has no failed last turn to retry")
+        return self._retry_turn(last)
+
+    def stop(self, ident: str) -> dict[str, Any]:
+        """Ask the running (or queued) turn or run to stop; says so when there is nothing to stop."""
+        owner = self._owner(ident)
+        if owner.startswith("run:"):
+            rec = load_record(self.redis, owner, ident)
+        else:
+            head = chat_head(self.redis, owner)
+            rec = load_record(self.redis, owner, head) if head else self._last_turn(owner)
+        if rec is None:
+            return {"id": ident, "stopped": False, "message": "nothing to stop"}
+        if rec.terminal:
+            return {"id": ident, "stopped": False, "message": f"already {rec.status}"}
+        self.redis.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
+        return {"id": ident, "stopped": True, "message": f"stop requested for {rec.unit_id}"}
+
+    def transcript(self, ident: str) -> list[Message]:
+        return load_transcript(self.redis, self._owner(ident))
+
+    def events(self, ident: str, after: str | None = None) -> list[Event]:
+        key = keys.events(self._owner(ident))
+        start = f"({after}" if after else "-"
+        out: list[Event] = []
+        for stream_id, fields in self.redis.xrange(key, start, "+"):
+            event = decode_event(stream_id.decode(), fields[b"e"])
+            if event is not None:
+                out.append(event)
+        return out
+
+    def follow(self, ident: str, after: str | None = None, block_ms: int = 1000) -> list[Event]:
+        """Events after `after`, waiting up to `block_ms` for the first one."""
+        key = keys.events(self._owner(ident))
+        found = self.redis.xread({key: after or "0-0"}, block=block_ms, count=500)
+        out: list[Event] = []
+        for _stream, entries in found or []:
+            for stream_id, fields in entries:
+                event = decode_event(stream_id.decode(), fields[b"e"])
+                if event is not None:
+                    out.append(event)
+        return out
+
+    # -- coding runs -----------------------------------------------------------------------------
+
+    def start_run(self, goal: str, workspace: str | os.PathLike[str], run_id: str | None = None) -> RunRef:
+        self._check_text(goal)
+        path = os.path.realpath(os.fspath(workspace))
+        if not os.path.isdir(path):
+            raise ValidationError(f"workspace {os.fspath(workspace)!r} does not exist or is not a directory")
+        run_id = _check_id(run_id, "run_id") if run_id is not None else f"run-{uuid.uuid4().hex[:16]}"
+        owner = keys.owner("run", run_id)
+        task_id = str(uuid.uuid4())
+        now = time.time()
+        rec = UnitRecord(
+            kind="run",
+            owner_id=owner,
+            unit_id=run_id,
+            text=goal,
+            workspace=path,
+            task_id=task_id,
+            created_at=now,
+            updated_at=now,
+        )
+        if not self.redis.hsetnx(keys.record(owner, run_id), "kind", json.dumps("run")):
+            raise ValidationError(f"run {run_id} already exists")
+        self.redis.hset(keys.record(owner, run_id), mapping=rec.to_hash())
+        self.redis.sadd(keys.RUNS, run_id)
+        self._celery.send_task("baton.coding_run", args=[run_id], task_id=task_id, queue=self.settings.queue)
+        return RunRef(run_id=run_id, task_id=task_id)
+
+    def run_status(self, run_id: str) -> RunStatus:
+        rec = load_record(self.redis, keys.owner("run", _check_id(run_id, "run_id")), run_id)
+        if rec is None:
+            raise NotFound(f"no run {run_id}")
+        return run_status(rec)

@@ -1,0 +1,63 @@
+"""The drain and the recovery sweep, wired to the worker's signals.
+
+Drain: on `worker_shutting_down` (main process, at once on SIGTERM's warm shutdown) we set a
+Redis flag for this worker; each executing unit's watcher sees it within ~0.5 s, aborts its
+stream or lets its tool settle, checkpoints and requeues itself with `Task.retry` (a RETRY in
+Flower, reason `PlatformInterrupt`). The warm shutdown then finds nothing running and exits.
+
+Sweep: a thread in each worker's main process finds units whose lease expired while they were
+running (their worker was SIGKILLed or lost) and requeues them, counted as interruptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from celery import signals
+
+from tasks import keys, wiring
+from tasks.app import app, settings
+from tasks.sweeper import sweep_once
+
+log = logging.getLogger("baton.drain")
+
+DRAIN_FLAG_TTL_S = 300
+_sweeper_halt = threading.Event()
+
+
+@signals.worker_shutting_down.connect
+def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_: Any) -> None:
+    hostname = str(sender)
+    try:
+        wiring.redis_client(settings.redis_url).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
+        log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
+    except Exception:  # a shutdown must go on even if Redis is gone
+        log.exception("drain: could not set the drain flag for %s", hostname)
+    _sweeper_halt.set()
+
+
+@signals.worker_ready.connect
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    hostname = getattr(sender, "hostname", None) or str(sender)
+    client = wiring.redis_client(settings.redis_url)
+    client.delete(keys.drain(hostname))
+    interval = min(2.0, settings.lease_ttl / 4)
+
+    def loop() -> None:
+        while not _sweeper_halt.wait(interval):
+            try:
+                for owner_id in sweep_once(client, app, settings):
+                    log.warning("recovered %s: its worker was lost; requeued", owner_id)
+            except Exception:
+                log.exception("recovery sweep failed; trying again")
+
+    threading.Thread(target=loop, name="baton-sweeper", daemon=True).start()
+
+
+@signals.worker_process_init.connect
+def _on_child_start(**_: Any) -> None:
+    # A forked child must not share the parent's sockets.
+    wiring.redis_client.cache_clear()

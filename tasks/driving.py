@@ -1,0 +1,44 @@
+"""Turning an execution's `Outcome` into what Celery does with the message."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore, Reject
+
+from tasks.execution import Outcome
+
+log = logging.getLogger("baton.tasks")
+
+
+class PlatformInterrupt(Exception):
+    """The worker is draining (a deploy); the unit was checkpointed and requeued at no cost to the owner."""
+
+
+class AutoResume(Exception):
+    """A retryable provider failure after a tool round; retried once, resuming from the stored round."""
+
+
+def act(task: Task, outcome: Outcome) -> dict[str, Any]:
+    """Return the result, or requeue, defer or drop the message as the outcome says."""
+    if outcome.action == "done":
+        return {"status": outcome.reason}
+    if outcome.action == "drop":
+        log.info("dropping message %s: %s", task.request.id, outcome.reason)
+        raise Ignore()
+    if outcome.action == "defer":
+        # Same task id, so clients and Flower keep one identity; the original message is acked.
+        task.apply_async(
+            args=task.request.args, kwargs=task.request.kwargs, task_id=task.request.id, countdown=outcome.countdown
+        )
+        raise Ignore()
+    exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
+    raise task.retry(countdown=outcome.countdown, exc=exc, max_retries=None)
+
+
+def reject_invalid(task: Task, problem: str) -> None:
+    """A message whose arguments fail validation is rejected (dead-lettered by the broker), never retried."""
+    log.error("rejecting message %s of %s: %s", task.request.id, task.name, problem)
+    raise Reject(problem, requeue=False)

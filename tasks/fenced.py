@@ -1,0 +1,77 @@
+"""Fenced writes: a batch of Redis commands applied only while this execution holds the lease.
+
+One EVALSHA per batch, so a journaled step, its events and its record update are one round trip,
+and a stale holder (one whose lease expired and was taken over) writes nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from agent.errors import LeaseLost
+
+# KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] a JSON list of [command, key index, args...].
+_FENCED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local ops = cjson.decode(ARGV[2])
+for _, op in ipairs(ops) do
+  local args = {}
+  for i = 3, #op do args[#args + 1] = op[i] end
+  redis.call(op[1], KEYS[op[2]], unpack(args))
+end
+return 1
+"""
+
+EVENTS_MAXLEN = 10_000
+
+
+class Batch:
+    """Commands collected for one fenced write; keys are deduplicated into KEYS."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.ops: list[list[Any]] = []
+
+    def _key(self, key: str) -> int:
+        if key not in self.keys:
+            self.keys.append(key)
+        return self.keys.index(key) + 2  # KEYS[1] is the lease
+
+    def add(self, command: str, key: str, *args: Any) -> Batch:
+        self.ops.append([command, self._key(key), *(a if isinstance(a, str) else json.dumps(a) for a in args)])
+        return self
+
+    def hset(self, key: str, mapping: dict[str, Any], *, raw: bool = False) -> Batch:
+        """Record fields are JSON-encoded (`raw=True` stores already-serialized strings as they are)."""
+        flat: list[Any] = []
+        for field, value in mapping.items():
+            flat += [field, value if raw else json.dumps(value)]
+        return self.add("HSET", key, *flat)
+
+    def xadd(self, key: str, event_json: str) -> Batch:
+        return self.add("XADD", key, "MAXLEN", "~", str(EVENTS_MAXLEN), "*", "e", event_json)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+
+class Fence:
+    """Writes batches under one lease token; raises `LeaseLost` when the lease is no longer ours."""
+
+    def __init__(self, client: redis.Redis, lease_key: str, token: str) -> None:
+        self._client = client
+        self._lease_key = lease_key
+        self._token = token
+        self._script = client.register_script(_FENCED)
+
+    def commit(self, batch: Batch) -> None:
+        if not batch:
+            return
+        ok = self._script(keys=[self._lease_key, *batch.keys], args=[self._token, json.dumps(batch.ops)])
+        if not ok:
+            raise LeaseLost(f"lease {self._lease_key} is held by another execution")

@@ -1,0 +1,60 @@
+"""The Redis journal: the `agent.loop.Edge` a real execution uses.
+
+Each step is one fenced write holding the step's record, the unit's step count and the step's
+events, so a step is journaled and announced in one round trip, or (for a stale holder) not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from agent.events import encode_event
+from agent.loop import EventDraft
+from tasks import keys
+from tasks.fenced import Batch, Fence
+
+JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
+
+
+class RedisJournal:
+    def __init__(
+        self, client: redis.Redis, fence: Fence, *, owner_id: str, unit_id: str, generation: int, steps_before: int = 0
+    ) -> None:
+        self._fence = fence
+        self.owner_id = owner_id
+        self.key = keys.journal(owner_id, unit_id, generation)
+        self.record_key = keys.record(owner_id, unit_id)
+        self.events_key = keys.events(owner_id)
+        self.steps: dict[str, dict[str, Any]] = {
+            (k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in client.hgetall(self.key).items()
+        }
+        self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
+
+    def recorded(self, step_id: str) -> dict[str, Any] | None:
+        return self.steps.get(step_id)
+
+    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
+        batch = (
+            Batch().hset(self.key, {step_id: json.dumps(record)}, raw=True).add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
+        )
+        if record.get("status") == "done" and step_id != "seed":
+            batch.hset(self.record_key, {"steps": self.done_steps + 1, "updated_at": time.time()})
+        self.add_events(batch, events)
+        self._fence.commit(batch)
+        if record.get("status") == "done" and step_id != "seed":
+            self.done_steps += 1
+        self.steps[step_id] = record
+
+    def emit(self, events: list[EventDraft]) -> None:
+        batch = Batch()
+        self.add_events(batch, events)
+        self._fence.commit(batch)
+
+    def add_events(self, batch: Batch, events: list[EventDraft]) -> Batch:
+        for kind, data in events:
+            batch.xadd(self.events_key, encode_event(kind, self.owner_id, data))
+        return batch

@@ -1,0 +1,74 @@
+"""Every Redis key Baton uses, in one place.
+
+Keys of one chat or run share the hash tag `{chat:ID}` / `{run:ID}`, so a Redis Cluster keeps them
+on one slot and the fenced Lua writes that touch several of them stay legal.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "baton"
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
+RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
+SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
+
+
+def owner(kind: str, ident: str) -> str:
+    """`chat:ID` or `run:ID`: the unit that owns a transcript, events and a lease."""
+    return f"{kind}:{ident}"
+
+
+def base(owner_id: str) -> str:
+    return f"{PREFIX}:{{{owner_id}}}"
+
+
+def transcript(owner_id: str) -> str:
+    return f"{base(owner_id)}:transcript"
+
+
+def events(owner_id: str) -> str:
+    return f"{base(owner_id)}:events"
+
+
+def record(owner_id: str, unit_id: str) -> str:
+    """A chat turn's record (unit = turn id) or a run's record (unit = run id)."""
+    return f"{base(owner_id)}:rec:{unit_id}"
+
+
+def queue(owner_id: str) -> str:
+    """A chat's FIFO of turn ids not yet finished: one turn runs at a time, in order."""
+    return f"{base(owner_id)}:queue"
+
+
+def turns(owner_id: str) -> str:
+    """A chat's turn ids in the order they were sent."""
+    return f"{base(owner_id)}:turns"
+
+
+def lease(owner_id: str) -> str:
+    return f"{base(owner_id)}:lease"
+
+
+def journal(owner_id: str, unit_id: str, generation: int) -> str:
+    return f"{base(owner_id)}:journal:{unit_id}:{generation}"
+
+
+def round_slot(owner_id: str) -> str:
+    return f"{base(owner_id)}:round"
+
+
+def stop(owner_id: str) -> str:
+    return f"{base(owner_id)}:stop"
+
+
+def recover(owner_id: str) -> str:
+    """A short lock so two sweepers never requeue the same lost unit twice."""
+    return f"{base(owner_id)}:recover"
+
+
+def drain(hostname: str) -> str:
+    """Set by a worker's main process when it starts shutting down; its pool children poll it."""
+    return f"{PREFIX}:drain:{hostname}"

@@ -1,0 +1,137 @@
+"""Records kept in Redis hashes, and the results the client API returns (pydantic at the boundary)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["queued", "running", "waiting", "completed", "failed", "stopped"]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "stopped"})
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    failure_class: str = Field(alias="class")
+    retryable: bool
+    message: str
+
+    def public(self) -> dict[str, Any]:
+        return {"class": self.failure_class, "retryable": self.retryable, "message": self.message}
+
+
+class UsageOut(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    attempts: int = 0
+    discarded_attempts: int = 0
+
+
+class UnitRecord(BaseModel):
+    """A chat turn's or a run's durable record: one Redis hash, fields JSON-encoded."""
+
+    kind: Literal["turn", "run"]
+    owner_id: str
+    unit_id: str
+    status: Status = "queued"
+    text: str = ""  # the user's message, or the run's goal
+    workspace: str | None = None
+    task_id: str = ""
+    generation: int = 0
+    auto_resumes: int = 0
+    interruptions: int = 0
+    waiting_reason: str | None = None
+    resume_pending: bool = False
+    history_len: int = -1  # transcript entries before this generation's own messages; -1: not started
+    committed: int = 0  # this generation's messages already written to the transcript
+    steps: int = 0
+    reply: str | None = None
+    resumed: bool = False
+    failure: Failure | None = None
+    usage: UsageOut = Field(default_factory=UsageOut)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def to_hash(self) -> dict[str, str]:
+        return {k: json.dumps(v) for k, v in self.model_dump(mode="json", by_alias=True).items()}
+
+    @classmethod
+    def from_hash(cls, raw: dict[bytes | str, bytes | str]) -> UnitRecord | None:
+        if not raw:
+            return None
+        data = {
+            (k.decode() if isinstance(k, bytes) else k): json.loads(v.decode() if isinstance(v, bytes) else v)
+            for k, v in raw.items()
+        }
+        return cls.model_validate(data)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+class TurnRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    chat_id: str
+    turn_id: str
+    task_id: str
+
+
+class TurnResult(BaseModel):
+    """The fields of `baton send --json`."""
+
+    chat_id: str
+    turn_id: str
+    task_id: str
+    status: Status
+    reply: str | None
+    resumed: bool
+    failure: dict[str, Any] | None
+    usage: UsageOut
+
+
+class RunRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    task_id: str
+
+
+class RunStatus(BaseModel):
+    """The fields of `baton status --json` / `baton run --json`."""
+
+    run_id: str
+    status: Status
+    interruptions: int
+    waiting_reason: str | None
+    steps: int
+    reply: str | None
+    failure: dict[str, Any] | None
+
+
+def turn_result(rec: UnitRecord) -> TurnResult:
+    return TurnResult(
+        chat_id=rec.owner_id.partition(":")[2],
+        turn_id=rec.unit_id,
+        task_id=rec.task_id,
+        status=rec.status,
+        reply=rec.reply,
+        resumed=rec.resumed,
+        failure=rec.failure.public() if rec.failure else None,
+        usage=rec.usage,
+    )
+
+
+def run_status(rec: UnitRecord) -> RunStatus:
+    return RunStatus(
+        run_id=rec.unit_id,
+        status=rec.status,
+        interruptions=rec.interruptions,
+        waiting_reason=rec.waiting_reason,
+        steps=rec.steps,
+        reply=rec.reply,
+        failure=rec.failure.public() if rec.failure else None,
+    )

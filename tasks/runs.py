@@ -1,0 +1,30 @@
+"""The coding-run driver: a long autonomous run in a workspace, journaled step by step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+
+from agent.policy import Driver
+from tasks import keys
+from tasks.app import app, settings
+from tasks.driving import act, reject_invalid
+from tasks.execution import Execution, Unit
+
+
+@app.task(
+    bind=True,
+    name="baton.coding_run",
+    max_retries=None,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    driver=Driver.CODING_RUN,
+)
+def coding_run(self: Task, run_id: str) -> dict[str, Any]:
+    """Run (or replay after an interruption) one coding run."""
+    if not (isinstance(run_id, str) and keys.ID_PATTERN.match(run_id)):
+        reject_invalid(self, f"malformed run id: {run_id!r}")
+    unit = Unit(Driver.CODING_RUN, keys.owner("run", run_id), run_id)
+    outcome = Execution(settings, unit, hostname=self.request.hostname or "", task_id=self.request.id).run()
+    return act(self, outcome)

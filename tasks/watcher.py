@@ -1,0 +1,72 @@
+"""The watcher: heartbeats the lease and turns a stop request or a worker drain into a cancellation.
+
+It runs beside the executing task in the pool child, because pool children never see the worker's
+shutdown (FACTS.md): the main process sets a Redis flag on `worker_shutting_down`, this polls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+from agent.cancel import CancelToken
+from tasks import keys
+from tasks.lease import Lease
+
+log = logging.getLogger("baton.watcher")
+
+POLL_SECONDS = 0.5
+
+
+class Watcher:
+    def __init__(
+        self, client: redis.Redis, lease: Lease, *, owner_id: str, unit_id: str, hostname: str, cancel: CancelToken
+    ) -> None:
+        self._client = client
+        self._lease = lease
+        self._owner_id = owner_id
+        self._unit_id = unit_id
+        self._drain_key = keys.drain(hostname)
+        self._cancel = cancel
+        self._halt = threading.Event()
+        self.lease_lost = False
+        self._thread = threading.Thread(target=self._run, name=f"watch:{owner_id}", daemon=True)
+
+    def start(self) -> Watcher:
+        self.poll_once()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+
+    def poll_once(self) -> None:
+        """One pipelined round trip: renew the lease, read the stop and drain flags, mark us alive."""
+        pipe = self._client.pipeline(transaction=False)
+        self._lease.renew(client=pipe)
+        pipe.get(keys.stop(self._owner_id))
+        pipe.exists(self._drain_key)
+        pipe.zadd(keys.ACTIVE, {self._owner_id: time.time()})
+        renewed, stop, draining, _ = pipe.execute()
+        if not renewed:
+            self.lease_lost = True
+            self._cancel.cancel("drain")
+            return
+        stop_value = stop.decode() if isinstance(stop, bytes) else stop
+        if stop_value and stop_value in (self._unit_id, "*"):
+            self._cancel.cancel("stop")
+        elif draining:
+            self._cancel.cancel("drain")
+
+    def _run(self) -> None:
+        while not self._halt.wait(POLL_SECONDS):
+            try:
+                self.poll_once()
+            except redis.exceptions.RedisError as err:
+                # Redis may be restarting; the lease outlives a few missed beats.
+                log.warning("watcher could not reach Redis: %s", err)

@@ -1,0 +1,50 @@
+"""Builds the parts an execution needs from settings: the Redis client, provider and tool sets."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import redis
+
+from agent.policy import Backoff
+from agent.provider.anthropic_provider import AnthropicProvider
+from agent.provider.base import Provider
+from agent.provider.scripted import ScriptedProvider, directive_script
+from agent.tools import Tool, by_name, load_tools
+from agent.workspace import workspace_tools
+from config.settings import Settings
+from tasks import keys
+
+
+@lru_cache(maxsize=8)
+def redis_client(url: str) -> redis.Redis:
+    """One pooled client per URL per process (a forked pool child builds its own on first use)."""
+    return redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+
+
+class RedisCounter:
+    """The scripted provider's fault counters, shared by every worker process."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+
+    def incr(self, key: str) -> int:
+        return int(self._client.hincrby(keys.SCRIPTED_COUNTS, key, 1))
+
+
+def build_provider(settings: Settings, client: redis.Redis) -> Provider:
+    if settings.provider == "scripted":
+        return ScriptedProvider(directive_script(RedisCounter(client)))
+    return AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
+
+
+def backoff(settings: Settings) -> Backoff:
+    return Backoff(scale=settings.backoff_scale)
+
+
+def chat_tools(settings: Settings) -> dict[str, Tool]:
+    return by_name(load_tools(settings.tools))
+
+
+def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
+    return by_name([*workspace_tools(workspace), *load_tools(settings.tools)])

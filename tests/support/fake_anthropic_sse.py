@@ -1,0 +1,198 @@
+"""Pure helpers for the Anthropic Messages API wire format, used by ``fake_anthropic``.
+
+Kept apart from the server so the byte-level format (SSE framing, chunked transfer coding, error
+bodies) and the request validation rules can be read and checked on their own, without sockets or threads.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+# Status -> `error.type`, as the real API names them (https://docs.anthropic.com/en/api/errors).
+_ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def new_id(prefix: str) -> str:
+    """A random id shaped like the API's (``msg_…``, ``toolu_…``, ``req_…``); unique per call."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def error_type_for_status(status: int) -> str:
+    """The `error.type` the real API uses for `status`, so SDK error classes and `.type` match."""
+    if status in _ERROR_TYPES:
+        return _ERROR_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """The JSON body of an error response (``{"type": "error", "error": {...}}``)."""
+    return {"type": "error", "error": {"type": error_type_for_status(status), "message": message}}
+
+
+def normalize_content(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copy `content`, giving every tool_use block an id (fresh ``toolu_<hex>`` if absent).
+
+    Done per delivery rather than once per Reply, so a Reply reused for many requests still hands each
+    conversation distinct tool ids, as the real API would.
+    """
+    out: list[dict[str, Any]] = []
+    for block in content:
+        if block.get("type") == "tool_use":
+            out.append({"type": "tool_use", "id": block.get("id") or new_id("toolu"),
+                        "name": block["name"], "input": block.get("input", {})})
+        elif block.get("type") == "text":
+            out.append({"type": "text", "text": block.get("text", "")})
+        else:
+            out.append(dict(block))
+    return out
+
+
+def default_stop_reason(content: list[dict[str, Any]]) -> str:
+    """``tool_use`` when the reply calls a tool (the client must answer it), else ``end_turn``."""
+    return "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
+
+
+def message_json(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str | None,
+                 input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """The whole Message object, as returned for ``"stream": false``."""
+    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop_reason, "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
+
+
+def split_chunks(s: str, parts: int = 3) -> list[str]:
+    """Split `s` into up to `parts` non-empty pieces, so clients really have to accumulate deltas."""
+    if not s:
+        return []
+    size = max(1, -(-len(s) // parts))
+    return [s[i:i + size] for i in range(0, len(s), size)]
+
+
+def stream_events(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str,
+                  input_tokens: int, output_tokens: int) -> list[tuple[str, dict[str, Any]]]:
+    """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them.
+
+    Event 1 is ``message_start``; a ``ping`` follows it (the real API sends one early, and clients must
+    skip it). Fault positions (``Fault.after_events``) count positions in this list.
+    """
+    start = message_json(msg_id, model, [], None, input_tokens, 1)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(content):
+        if block.get("type") == "tool_use":
+            head: dict[str, Any] = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": p}
+                      for p in ["", *split_chunks(json.dumps(block["input"]))]]
+        elif block.get("type") == "text":
+            head = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in split_chunks(block["text"])]
+        else:  # anything else (e.g. thinking) is sent whole in its start event
+            head, deltas = block, []
+        events.append(("content_block_start",
+                       {"type": "content_block_start", "index": index, "content_block": head}))
+        events.extend(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                      for d in deltas)
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": output_tokens}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def encode_event(event: str, data: dict[str, Any]) -> bytes:
+    """One SSE event: ``event: <type>\\ndata: <json>\\n\\n``."""
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def overloaded_event() -> bytes:
+    """The in-stream error event the API sends when it is overloaded after the stream began."""
+    return encode_event("error", {"type": "error",
+                                  "error": {"type": "overloaded_error", "message": "Overloaded"}})
+
+
+def chunk(data: bytes) -> bytes:
+    """Frame `data` as one HTTP/1.1 chunk.
+
+    The stream uses chunked transfer coding (as the real API does) rather than a close-delimited body:
+    with a close-delimited body a dropped socket looks exactly like a normal end of body, and the SDK
+    silently returns a truncated message (stop_reason None) instead of raising.
+    """
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def first_user_text(body: Mapping[str, Any]) -> str:
+    """Text of the first message if it is a user message (string content or its text blocks)."""
+    messages = body.get("messages") or []
+    if not messages or not isinstance(messages[0], dict) or messages[0].get("role") != "user":
+        return ""
+    content = messages[0].get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content or []
+                     if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _blocks(message: Any) -> list[dict[str, Any]]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True) -> str | None:
+    """The 400 message the real API would give this body, or None if it is acceptable.
+
+    Pairing matters most: a worker that retries a turn and re-appends a tool_use, or loses a tool_result,
+    produces exactly these histories, and the real API rejects them forever after.
+    """
+    for name in ("model", "max_tokens"):
+        if name not in body:
+            return f"{name}: Field required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        if m.get("content") in (None, "", []) and not (i == len(messages) - 1 and m["role"] == "assistant"):
+            return (f"messages.{i}: all messages must have non-empty content except for the optional final "
+                    "assistant message")
+    if messages[0]["role"] != "user":
+        return 'messages.0.role: the first message must use the "user" role'
+    if not enforce_tool_pairing:
+        return None
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            ids = [b.get("id") for b in _blocks(m) if b.get("type") == "tool_use"]
+            nxt = messages[i + 1] if i + 1 < len(messages) and messages[i + 1]["role"] == "user" else None
+            answered = {b.get("tool_use_id") for b in _blocks(nxt) if b.get("type") == "tool_result"}
+            missing = [str(x) for x in ids if x not in answered]
+            if missing:
+                return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                        f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                        "corresponding `tool_result` block in the next message.")
+        else:
+            prev = messages[i - 1] if i > 0 and messages[i - 1]["role"] == "assistant" else None
+            used = {b.get("id") for b in _blocks(prev) if b.get("type") == "tool_use"}
+            for j, b in enumerate(_blocks(m)):
+                if b.get("type") == "tool_result" and b.get("tool_use_id") not in used:
+                    return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                            f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                            "corresponding `tool_use` block in the previous message.")
+    return None
