@@ -39,7 +39,9 @@ class RedisJournal:
 
     def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
         batch = (
-            Batch().hset(self.key, {step_id: json.dumps(record)}, raw=True).add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
+            Batch()
+            .hset(self.key, {step_id: json.dumps(record)}, raw=True)
+            .add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
         )
         if record.get("status") == "done" and step_id != "seed":
             batch.hset(self.record_key, {"steps": self.done_steps + 1, "updated_at": time.time()})

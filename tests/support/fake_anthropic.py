@@ -33,8 +33,17 @@ from typing import Any, Literal
 from . import fake_anthropic_sse as sse
 from .fake_anthropic_sse import first_user_text, validate_request
 
-__all__ = ["ByConversation", "FakeMessagesServer", "Fault", "Handler", "Reply", "Script", "failing", "text",
-           "tool_call"]
+__all__ = [
+    "ByConversation",
+    "FakeMessagesServer",
+    "Fault",
+    "Handler",
+    "Reply",
+    "Script",
+    "failing",
+    "text",
+    "tool_call",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +135,10 @@ class Script:
                 self.exhausted = True
         if n < len(self.replies):
             return self.replies[n]
-        return _error_reply(f"Script exhausted: call #{n + 1} (global request {index}) "
-                            f"but only {len(self.replies)} replies were scripted")
+        return _error_reply(
+            f"Script exhausted: call #{n + 1} (global request {index}) "
+            f"but only {len(self.replies)} replies were scripted"
+        )
 
 
 class ByConversation:
@@ -138,10 +149,10 @@ class ByConversation:
     not routed to "chat-1"); or pass ``key(body) -> str`` returning the mapping key directly.
     """
 
-    def __init__(self, scripts: Mapping[str, Iterable[Reply]],
-                 key: Callable[[dict[str, Any]], str] | None = None) -> None:
-        self.scripts: dict[str, Script] = {k: v if isinstance(v, Script) else Script(v)
-                                           for k, v in scripts.items()}
+    def __init__(
+        self, scripts: Mapping[str, Iterable[Reply]], key: Callable[[dict[str, Any]], str] | None = None
+    ) -> None:
+        self.scripts: dict[str, Script] = {k: v if isinstance(v, Script) else Script(v) for k, v in scripts.items()}
         self._key = key
 
     @property
@@ -157,8 +168,10 @@ class ByConversation:
             found = max((k for k in self.scripts if k in first), key=len, default=None)
         script = self.scripts.get(found) if found is not None else None
         if script is None:
-            return _error_reply(f"ByConversation: no script for key {found!r} (first user text "
-                                f"{first_user_text(body)[:80]!r}; keys {sorted(self.scripts)})")
+            return _error_reply(
+                f"ByConversation: no script for key {found!r} (first user text "
+                f"{first_user_text(body)[:80]!r}; keys {sorted(self.scripts)})"
+            )
         return script(body, index)
 
 
@@ -208,7 +221,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except ValueError as exc:
             body, problem = None, f"request body is not valid JSON: {exc}"
         authorized = fake.api_key is None or fake.api_key in (
-            self.headers.get("x-api-key"), self.headers.get("authorization", "").removeprefix("Bearer "))
+            self.headers.get("x-api-key"),
+            self.headers.get("authorization", "").removeprefix("Bearer "),
+        )
         if problem is None and authorized:
             problem = validate_request(body, fake.enforce_tool_pairing)
         index = fake._record(body if isinstance(body, dict) else None, problem if authorized else None)
@@ -250,8 +265,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         content = sse.normalize_content(reply.content)
         stop_reason = reply.stop_reason or sse.default_stop_reason(content)
-        args = (sse.new_id("msg"), str(body.get("model", "claude-fake")), content, stop_reason,
-                reply.input_tokens, reply.output_tokens)
+        args = (
+            sse.new_id("msg"),
+            str(body.get("model", "claude-fake")),
+            content,
+            stop_reason,
+            reply.input_tokens,
+            reply.output_tokens,
+        )
         if not body.get("stream"):
             if fault is None:
                 self._send_json(200, sse.message_json(*args))
@@ -270,7 +291,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
-        for name, data in events if fault is None else events[:fault.after_events]:
+        for name, data in events if fault is None else events[: fault.after_events]:
             self.wfile.write(sse.chunk(sse.encode_event(name, data)))
         if fault is None:
             self.wfile.write(sse.LAST_CHUNK)
@@ -294,8 +315,15 @@ class FakeMessagesServer:
     (anthropic 2.x sends the API key as a bearer token).
     """
 
-    def __init__(self, handler: Handler | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 enforce_tool_pairing: bool = True, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        enforce_tool_pairing: bool = True,
+        api_key: str | None = None,
+    ) -> None:
         self._handler: Handler = handler or _default_handler
         self.host, self.port = host, port
         self.enforce_tool_pairing = enforce_tool_pairing
@@ -326,8 +354,9 @@ class FakeMessagesServer:
         host, port = httpd.server_address[:2]
         self._url = f"http://{host}:{port}"
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-anthropic:{port}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fake-anthropic:{port}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -391,8 +420,11 @@ class FakeMessagesServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a JSON script of replies standalone; the URL is the first line of stdout."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.fake_anthropic", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.fake_anthropic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--script", help="JSON list of replies (dict form of Reply, fault as a dict)")
@@ -406,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             replies = [Reply.from_dict(d) for d in json.load(f)]
         handler = (lambda body, i: replies[i % len(replies)]) if args.cycle and replies else Script(replies)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with FakeMessagesServer(handler, host=args.host, port=args.port, api_key=args.api_key,
-                            enforce_tool_pairing=not args.no_tool_pairing) as server:
+    with FakeMessagesServer(
+        handler, host=args.host, port=args.port, api_key=args.api_key, enforce_tool_pairing=not args.no_tool_pairing
+    ) as server:
         print(server.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

@@ -50,8 +50,14 @@ def normalize_content(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in content:
         if block.get("type") == "tool_use":
-            out.append({"type": "tool_use", "id": block.get("id") or new_id("toolu"),
-                        "name": block["name"], "input": block.get("input", {})})
+            out.append(
+                {
+                    "type": "tool_use",
+                    "id": block.get("id") or new_id("toolu"),
+                    "name": block["name"],
+                    "input": block.get("input", {}),
+                }
+            )
         elif block.get("type") == "text":
             out.append({"type": "text", "text": block.get("text", "")})
         else:
@@ -64,12 +70,25 @@ def default_stop_reason(content: list[dict[str, Any]]) -> str:
     return "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
 
 
-def message_json(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str | None,
-                 input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def message_json(
+    msg_id: str,
+    model: str,
+    content: list[dict[str, Any]],
+    stop_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+) -> dict[str, Any]:
     """The whole Message object, as returned for ``"stream": false``."""
-    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason, "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }
 
 
 def split_chunks(s: str, parts: int = 3) -> list[str]:
@@ -77,11 +96,12 @@ def split_chunks(s: str, parts: int = 3) -> list[str]:
     if not s:
         return []
     size = max(1, -(-len(s) // parts))
-    return [s[i:i + size] for i in range(0, len(s), size)]
+    return [s[i : i + size] for i in range(0, len(s), size)]
 
 
-def stream_events(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str,
-                  input_tokens: int, output_tokens: int) -> list[tuple[str, dict[str, Any]]]:
+def stream_events(
+    msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str, input_tokens: int, output_tokens: int
+) -> list[tuple[str, dict[str, Any]]]:
     """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them.
 
     Event 1 is ``message_start``; a ``ping`` follows it (the real API sends one early, and clients must
@@ -95,21 +115,29 @@ def stream_events(msg_id: str, model: str, content: list[dict[str, Any]], stop_r
     for index, block in enumerate(content):
         if block.get("type") == "tool_use":
             head: dict[str, Any] = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": p}
-                      for p in ["", *split_chunks(json.dumps(block["input"]))]]
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p} for p in ["", *split_chunks(json.dumps(block["input"]))]
+            ]
         elif block.get("type") == "text":
             head = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": p} for p in split_chunks(block["text"])]
         else:  # anything else (e.g. thinking) is sent whole in its start event
             head, deltas = block, []
-        events.append(("content_block_start",
-                       {"type": "content_block_start", "index": index, "content_block": head}))
-        events.extend(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-                      for d in deltas)
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))
+        events.extend(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
+        )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                                     "usage": {"output_tokens": output_tokens}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -121,8 +149,7 @@ def encode_event(event: str, data: dict[str, Any]) -> bytes:
 
 def overloaded_event() -> bytes:
     """The in-stream error event the API sends when it is overloaded after the stream began."""
-    return encode_event("error", {"type": "error",
-                                  "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    return encode_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
 
 
 def chunk(data: bytes) -> bytes:
@@ -146,8 +173,7 @@ def first_user_text(body: Mapping[str, Any]) -> str:
     content = messages[0].get("content")
     if isinstance(content, str):
         return content
-    return "\n".join(b.get("text", "") for b in content or []
-                     if isinstance(b, dict) and b.get("type") == "text")
+    return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
 
 
 def _blocks(message: Any) -> list[dict[str, Any]]:
@@ -171,8 +197,10 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True)
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
         if m.get("content") in (None, "", []) and not (i == len(messages) - 1 and m["role"] == "assistant"):
-            return (f"messages.{i}: all messages must have non-empty content except for the optional final "
-                    "assistant message")
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the optional final "
+                "assistant message"
+            )
     if messages[0]["role"] != "user":
         return 'messages.0.role: the first message must use the "user" role'
     if not enforce_tool_pairing:
@@ -184,15 +212,19 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True)
             answered = {b.get("tool_use_id") for b in _blocks(nxt) if b.get("type") == "tool_result"}
             missing = [str(x) for x in ids if x not in answered]
             if missing:
-                return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                        f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
-                        "corresponding `tool_result` block in the next message.")
+                return (
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
         else:
             prev = messages[i - 1] if i > 0 and messages[i - 1]["role"] == "assistant" else None
             used = {b.get("id") for b in _blocks(prev) if b.get("type") == "tool_use"}
             for j, b in enumerate(_blocks(m)):
                 if b.get("type") == "tool_result" and b.get("tool_use_id") not in used:
-                    return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
-                            f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
-                            "corresponding `tool_use` block in the previous message.")
+                    return (
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                        f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                        "corresponding `tool_use` block in the previous message."
+                    )
     return None

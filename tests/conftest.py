@@ -1,0 +1,91 @@
+"""Shared fixtures. Integration fixtures start real processes and always stop them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_anthropic import FakeMessagesServer
+from tests.support.processes import REPO, RedisServer, Worker
+
+FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_aof(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis-aof", aof=True).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeMessagesServer]:
+    server = FakeMessagesServer().start()
+    yield server
+    server.stop()
+
+
+class Stack:
+    """A test's own Redis, queue, fake provider and workers, with the env a worker and client share."""
+
+    def __init__(self, redis_server: RedisServer, fake_api: FakeMessagesServer | None, tmp_path: Path) -> None:
+        self.redis_server = redis_server
+        self.fake_api = fake_api
+        self.tmp_path = tmp_path
+        self.queue = f"test-{uuid.uuid4().hex[:8]}"
+        self.workers: list[Worker] = []
+        self.env: dict[str, str] = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "PYTHONPATH": str(REPO),
+            "BATON_REDIS_URL": redis_server.url,
+            "BATON_QUEUE": self.queue,
+            "BATON_PROVIDER": "anthropic" if fake_api is not None else "scripted",
+            "BATON_TOOLS": "tests.support.counting_tools:TOOLS",
+            "BATON_BACKOFF_SCALE": "0",
+            "BATON_MODEL": "claude-test",
+            "ANTHROPIC_API_KEY": FAKE_KEY,
+        }
+        if fake_api is not None:
+            self.env["ANTHROPIC_BASE_URL"] = fake_api.url
+
+    def worker(self, name: str = "w1", **env: str) -> Worker:
+        worker = Worker(name, {**self.env, **env}, self.tmp_path)
+        self.workers.append(worker)
+        return worker.start()
+
+    def client(self, **env: str):
+        from config.settings import Settings
+        from tasks.client import Client
+
+        overrides = {k[len("BATON_") :].lower(): v for k, v in {**self.env, **env}.items() if k.startswith("BATON_")}
+        return Client(Settings(**overrides))
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+@pytest.fixture
+def stack(redis_server: RedisServer, fake_api: FakeMessagesServer, tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(redis_server, fake_api, tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def scripted_stack(redis_server: RedisServer, tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(redis_server, None, tmp_path)
+    yield s
+    s.stop()

@@ -1,0 +1,89 @@
+"""Foundation, end to end: real redis-server, real celery workers, the real SDK against the fake API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from tests.support import counting_tools
+from tests.support.fake_anthropic import Script, text, tool_call
+from tests.support.processes import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack):
+    """`baton send --wait --json` completes a turn with a tool round; the tool ran once; the second request
+    carried the tool_use and its tool_result as blocks; the turn's events read back in order."""
+    stack.fake_api.set_handler(Script([tool_call("lookup", {"key": "a"}), text("The answer is A.")]))
+    stack.worker()
+    out = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "send", "c1", "what is a?", "--wait", "--json", "--timeout", "60"],
+        cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=90,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result) == {"chat_id", "turn_id", "task_id", "status", "reply", "resumed", "failure", "usage"}
+    assert result["status"] == "completed" and result["reply"] == "The answer is A."
+    assert result["usage"]["attempts"] == 2 and result["usage"]["discarded_attempts"] == 0
+
+    r = redis.Redis.from_url(stack.redis_server.url)
+    assert counting_tools.calls(r, "lookup") == 1
+    assert stack.fake_api.request_count == 2
+    second = stack.fake_api.requests[1]["messages"]
+    assistant, results = second[-2], second[-1]
+    assert assistant["role"] == "assistant" and assistant["content"][0]["type"] == "tool_use"
+    assert results["role"] == "user" and results["content"][0]["type"] == "tool_result"
+    assert results["content"][0]["tool_use_id"] == assistant["content"][0]["id"]
+    assert "value-of-a" in results["content"][0]["content"]
+
+    events = stack.client().events("c1")
+    types = [e.type for e in events]
+    assert types == ["turn.queued", "turn.started", "tool.called", "tool.result", "turn.completed"]
+    assert [e.id for e in events] == sorted((e.id for e in events), key=lambda i: tuple(map(int, i.split("-"))))
+
+
+def test_two_turns_of_one_chat_run_one_after_the_other(stack):
+    """A second turn sent while the first is mid-tool waits; it starts only after the first completed."""
+    stack.fake_api.set_handler(
+        Script([tool_call("blocking_write", {"note": "n1"}), text("first done"), text("second done")])
+    )
+    stack.worker()
+    client = stack.client()
+    r = redis.Redis.from_url(stack.redis_server.url)
+    t1 = client.send_message("c2", "first")
+    t2 = client.send_message("c2", "second")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None  # turn 1 is inside its tool
+    assert client.turn("c2", t2.turn_id).status == "queued"
+    assert stack.fake_api.request_count == 1
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert client.wait(t1, timeout=30).status == "completed"
+    result2 = client.wait(t2, timeout=30)
+    assert result2.status == "completed" and result2.reply == "second done"
+    order = [(e.type, e.turn_id) for e in client.events("c2") if e.type in ("turn.started", "turn.completed")]
+    assert order == [
+        ("turn.started", t1.turn_id), ("turn.completed", t1.turn_id),
+        ("turn.started", t2.turn_id), ("turn.completed", t2.turn_id),
+    ]
+
+
+def test_the_same_turn_delivered_twice_runs_once(stack):
+    """A duplicate delivery of a turn (same message published twice) executes the turn once."""
+    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "dup"}), text("done once")]))
+    stack.worker()
+    client = stack.client()
+    r = redis.Redis.from_url(stack.redis_server.url)
+    ref = client.send_message("c3", "do it once")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], task_id=ref.task_id, queue=stack.queue)
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert client.wait(ref, timeout=30).status == "completed"
+    # A late duplicate of a finished turn is a no-op too.
+    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], queue=stack.queue).get(timeout=30)
+    assert counting_tools.calls(r, "blocking_write") == 1
+    assert stack.fake_api.request_count == 2
+    assert [e.type for e in client.events("c3")].count("turn.completed") == 1
