@@ -7,6 +7,8 @@ callback, which unblocks a read that is waiting on a silent socket.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 import anthropic
@@ -58,7 +60,7 @@ class AnthropicProvider:
             stream = self._get_client().messages.create(**params)
         except Exception as err:
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
-        unregister = cancel.on_cancel(stream.response.close)
+        unregister = cancel.on_cancel(lambda: _abort(stream.response))
         try:
             for event in stream:
                 raw = event.to_dict()
@@ -85,3 +87,17 @@ class AnthropicProvider:
                 had_output=snapshot.had_output,
             )
         return snapshot.to_answer()
+
+
+def _abort(response: httpx2.Response) -> None:
+    """Unblock a read waiting on a silent socket, from another thread.
+
+    Closing the response does not wake a thread blocked in recv(); shutting the socket down does.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()

@@ -1,0 +1,146 @@
+"""Deploy drain and crash recovery with real workers: SIGTERM, SIGKILL, and a Redis restart (AOF)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from agent.messages import DEPLOY_NOTICE
+from tests.conftest import Stack
+from tests.support import counting_tools
+from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.processes import RedisServer, wait_until
+
+pytestmark = pytest.mark.integration
+
+STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
+
+
+def _events(client, ident):
+    return [e for e in client.events(ident)]
+
+
+def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path):
+    """SIGTERM on the worker running a coding run: it exits within 5 s, the run finishes on the other worker
+    with interruptions == 1, events and transcript say why, each write tool ran once, and the provider saw
+    exactly one repeated request (the stream that was in flight)."""
+    stack.fake_api.set_handler(
+        Script([tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("all done")])
+    )
+    worker_a = stack.worker("a")
+    client = stack.client()
+    ref = client.start_run("write two notes", workspace=tmp_path)
+    assert stack.fake_api.wait_for_requests(3, timeout=30)  # A is mid-stream on the third step
+    worker_b = stack.worker("b")
+    started = time.monotonic()
+    worker_a.terminate()
+    worker_a.wait_exit(timeout=15)
+    drain_seconds = time.monotonic() - started
+    assert drain_seconds <= 5.0, f"worker took {drain_seconds:.2f}s to drain"
+
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "all done"
+    assert status.interruptions == 1 and status.waiting_reason is None
+    r = redis.Redis.from_url(stack.redis_server.url)
+    assert counting_tools.calls(r, "record_note") == 2
+    assert stack.fake_api.request_count == 4
+    assert stack.fake_api.requests[3]["messages"] == stack.fake_api.requests[2]["messages"]
+
+    events = _events(client, ref.run_id)
+    interrupted = [e for e in events if e.type == "run.interrupted"]
+    assert len(interrupted) == 1
+    assert interrupted[0].model_extra["attempt"] == 1 and interrupted[0].model_extra["max_attempts"] == 3
+    assert interrupted[0].model_extra["cause"] == "platform_deploy"
+    types = [e.type for e in events]
+    assert types.index("run.interrupted") < types.index("run.resumed") < types.index("run.completed")
+    notices = [m.text for m in client.transcript(ref.run_id) if m.role == "notice"]
+    assert DEPLOY_NOTICE.format(attempt=1, max_attempts=3) in notices
+    assert "PlatformInterrupt" in worker_a.log() or "Retry in" in worker_a.log()
+    worker_b.stop()
+
+
+def test_a_chat_turn_drained_mid_stream_completes_on_the_other_worker_with_one_reply(stack):
+    """A chat turn whose worker drains mid-stream is requeued and finished by another worker; one reply."""
+    stack.fake_api.set_handler(Script([STALL, text("the one reply")]))
+    worker_a = stack.worker("a")
+    client = stack.client()
+    ref = client.send_message("drain-chat", "hello")
+    assert stack.fake_api.wait_for_requests(1, timeout=30)
+    stack.worker("b")
+    worker_a.terminate()
+    worker_a.wait_exit(timeout=15)
+    result = client.wait(ref, timeout=60)
+    assert result.status == "completed" and result.reply == "the one reply"
+    replies = [m for m in client.transcript("drain-chat") if m.role == "assistant"]
+    assert [m.text for m in replies] == ["the one reply"]
+    assert [e.type for e in client.events("drain-chat")].count("turn.completed") == 1
+
+
+@pytest.fixture
+def aof_stack(tmp_path: Path, fake_api):
+    server = RedisServer(tmp_path / "aof", aof=True).start()
+    s = Stack(server, fake_api, tmp_path)
+    yield s
+    s.stop()
+    server.stop()
+
+
+def _aof_contains(directory: Path, needle: bytes) -> bool:
+    return any(needle in p.read_bytes() for p in directory.rglob("*.aof*") if p.is_file())
+
+
+def test_deploy_storm_fails_the_run_as_infra_transient_and_the_counter_survives_a_redis_restart(aof_stack, tmp_path):
+    """Interrupt one run BATON_MAX_INTERRUPTIONS + 1 times, with a kill -9 and restart of Redis (AOF) in
+    between: the durable counter survives, and past the limit the run fails as infra_transient, saying why."""
+    stack = aof_stack
+    stack.fake_api.set_handler(lambda body, index: STALL)
+    env = {"BATON_MAX_INTERRUPTIONS": "2"}
+    client = stack.client(**env)
+    ref = client.start_run("never finishes", workspace=tmp_path)
+    for attempt in range(1, 4):
+        worker = stack.worker(f"storm{attempt}", **env)
+        assert stack.fake_api.wait_for_requests(attempt, timeout=30)
+        worker.terminate()
+        worker.wait_exit(timeout=15)
+        if attempt == 1:
+            status = client.run_status(ref.run_id)
+            assert status.interruptions == 1 and status.waiting_reason == "platform_interrupt"
+            # Wait for the everysec fsync to carry the counter to disk, then crash and restart Redis.
+            wait_until(lambda: _aof_contains(stack.redis_server.dir, b"platform_interrupt"), 10, what="AOF fsync")
+            client.close()
+            stack.redis_server.restart(kill=True)
+            client = stack.client(**env)
+            assert client.run_status(ref.run_id).interruptions == 1
+    status = client.run_status(ref.run_id)
+    assert status.status == "failed" and status.interruptions == 3
+    assert status.failure is not None and status.failure["class"] == "infra_transient"
+    assert "platform deploy" in status.failure["message"]
+    failed = [e for e in client.events(ref.run_id) if e.type == "run.failed"]
+    assert len(failed) == 1 and failed[0].model_extra["class"] == "infra_transient"
+
+
+def test_sigkill_of_the_holder_is_recovered_by_another_worker_within_one_and_a_half_lease_ttls(stack, tmp_path):
+    """SIGKILL the whole worker holding a run: its lease expires and another worker's sweep requeues it;
+    the run resumes within 1.5 x BATON_LEASE_TTL and never has two live executions."""
+    ttl = 3.0
+    env = {"BATON_LEASE_TTL": str(ttl)}
+    stack.fake_api.set_handler(Script([tool_call("record_note", {"note": "x"}), STALL, text("recovered")]))
+    worker_a = stack.worker("a", **env)
+    client = stack.client(**env)
+    ref = client.start_run("survive a crash", workspace=tmp_path)
+    assert stack.fake_api.wait_for_requests(2, timeout=30)
+    stack.worker("b", **env)
+    killed = time.monotonic()
+    worker_a.kill9()
+    assert stack.fake_api.wait_for_requests(3, timeout=30)
+    recovered = time.monotonic() - killed
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "recovered"
+    assert recovered <= 1.5 * ttl, f"resumed {recovered:.2f}s after SIGKILL (lease TTL {ttl}s)"
+    r = redis.Redis.from_url(stack.redis_server.url)
+    assert counting_tools.calls(r, "record_note") == 1
+    lost = [e for e in client.events(ref.run_id) if e.type == "run.interrupted"]
+    assert [e.model_extra["cause"] for e in lost] == ["worker_lost"]
