@@ -110,7 +110,9 @@ class Execution:
             return Outcome("done", "already finished")
         if unit.driver is Driver.CHAT_TURN and chat_head(client, unit.owner_id) != unit.unit_id:
             return Outcome("defer", "an earlier turn of this chat is unfinished", 0.2)
-        lease = Lease(client, keys.lease(unit.owner_id), new_token(unit.unit_id), self.settings.lease_ttl)
+        lease = Lease(
+            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
+        )
         if not lease.acquire():
             if holder_unit(lease.holder()) == unit.unit_id:
                 return Outcome("drop", "a live execution of this unit holds its lease")
@@ -233,6 +235,9 @@ class Execution:
         stored = usable_round(load_round(raw), owner_id=self.unit.owner_id, turn_id=self.unit.unit_id, now=time.time())
         batch = Batch().hset(self.unit.record_key, {"resume_pending": False})
         if stored is None:
+            # No usable round: a plain re-run, whatever an earlier generation of this turn resumed from.
+            batch.hset(self.unit.record_key, {"resumed": False})
+            rec.resumed = False
             self.fence.commit(batch)
             return LoopState()
         state = seed_state(stored)

@@ -24,9 +24,15 @@ return 0
 """
 
 
-def new_token(unit_id: str) -> str:
-    """Names the holder (for operators reading Redis) and is unique per execution."""
-    return f"{unit_id}|{socket.gethostname()}:{os.getpid()}|{uuid.uuid4().hex[:12]}"
+def new_token(unit_id: str, node: str = "") -> str:
+    """Names the holder (unit, Celery node, host:pid) for operators reading Redis; unique per execution."""
+    return f"{unit_id}|{node}|{socket.gethostname()}:{os.getpid()}|{uuid.uuid4().hex[:12]}"
+
+
+def holder_node(value: str | None) -> str | None:
+    """The Celery node name of a lease holder (`name@host`), if it recorded one."""
+    parts = value.split("|") if value else []
+    return parts[1] or None if len(parts) > 1 else None
 
 
 def holder_unit(value: str | None) -> str | None:

