@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from kombu.serialization import registry
+
 from config.settings import Settings
+
+
+def forbid_pickle() -> None:
+    """Remove pickle from this process's serializers, so Baton cannot even send a pickle message."""
+    if "pickle" in registry._encoders:
+        registry.unregister("pickle")
 
 # The broker's visibility timeout is a last-resort redelivery, not our recovery path. A run's
 # lease (BATON_LEASE_TTL, heartbeated every few seconds) is what detects a lost worker, and the
@@ -16,7 +24,8 @@ VISIBILITY_TIMEOUT_SECONDS = 12 * 3600
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings derived from ours."""
+    """Celery settings derived from ours (and pickle removed from the process)."""
+    forbid_pickle()
     transport: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
     return {
         "broker_url": settings.broker,

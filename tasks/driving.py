@@ -40,5 +40,8 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
 
 def reject_invalid(task: Task, problem: str) -> None:
     """A message whose arguments fail validation is rejected (dead-lettered by the broker), never retried."""
-    log.error("rejecting message %s of %s: %s", task.request.id, task.name, problem)
+    from tasks.deadletter import record
+
+    record(f"arguments failed validation: {problem}", headers={"task": task.name, "id": task.request.id},
+           content_type="application/json", body={"args": task.request.args, "kwargs": task.request.kwargs})
     raise Reject(problem, requeue=False)

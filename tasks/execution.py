@@ -33,9 +33,9 @@ from agent.messages import (
 from agent.policy import Driver, after_failure, after_interruption, compute_backoff
 from agent.provider.replay import RequestFailed
 from agent.rounds import build_round, load_round, seed_state, usable_round
-from agent.state import LoopState, tool_summary
+from agent.state import LoopState, Usage, tool_summary
 from config.settings import Settings
-from tasks import keys, wiring
+from tasks import keys, logs, wiring
 from tasks.fenced import Batch, Fence
 from tasks.journal import RedisJournal
 from tasks.lease import Lease, holder_unit, new_token
@@ -102,6 +102,11 @@ class Execution:
 
     def run(self) -> Outcome:
         unit, client = self.unit, self.client
+        kind, _, ident = unit.owner_id.partition(":")
+        ids: dict[str, object] = {f"{kind}_id": ident, "task_id": self.task_id}
+        if unit.driver is Driver.CHAT_TURN:
+            ids["turn_id"] = unit.unit_id
+        logs.context.set(ids)
         rec = load_record(client, unit.owner_id, unit.unit_id)
         if rec is None:
             log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
@@ -233,14 +238,17 @@ class Execution:
             return LoopState()
         raw = self.client.getdel(keys.round_slot(self.unit.owner_id))
         stored = usable_round(load_round(raw), owner_id=self.unit.owner_id, turn_id=self.unit.unit_id, now=time.time())
+        # The earlier generations' attempts were made and billed: the turn's usage keeps counting them.
+        carried = Usage(**rec.usage.model_dump())
         batch = Batch().hset(self.unit.record_key, {"resume_pending": False})
         if stored is None:
             # No usable round: a plain re-run, whatever an earlier generation of this turn resumed from.
             batch.hset(self.unit.record_key, {"resumed": False})
             rec.resumed = False
             self.fence.commit(batch)
-            return LoopState()
+            return LoopState(usage=carried)
         state = seed_state(stored)
+        state.usage = carried
         batch.hset(journal.key, {"seed": {"status": "seed", "state": state.model_dump(mode="json")}})
         batch.hset(self.unit.record_key, {"resumed": True})
         batch.add("RPUSH", keys.transcript(self.unit.owner_id), dump_message(notice("resumed", RESUMED_NOTICE)))

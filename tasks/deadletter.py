@@ -1,0 +1,67 @@
+"""Poison messages go where an operator can see them: the `baton:deadletter` list in Redis.
+
+A pickle (refused by `accept_content`), a body that is not JSON, an unknown task name, or
+arguments that fail validation are logged with the problem, recorded here, and acknowledged or
+rejected without requeue, so they are never redelivered forever and the worker stays healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from celery.worker.consumer import Consumer
+
+from tasks import wiring
+from tasks.app import settings
+
+DEADLETTER = "baton:deadletter"
+DEADLETTER_MAX = 10_000
+log = logging.getLogger("baton.deadletter")
+
+
+def record(reason: str, *, headers: dict[str, Any] | None = None, content_type: str | None = None,
+           body: Any = None) -> None:
+    """Append one poison message's description (never raises: the consumer must keep going)."""
+    headers = headers or {}
+    raw = body if isinstance(body, bytes | str) else json.dumps(body, default=str)
+    preview = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    entry = {"at": time.time(), "reason": reason, "task": headers.get("task"), "id": headers.get("id"),
+             "content_type": content_type, "body": preview[:2000]}
+    log.error("dead-lettered message %s (%s): %s", entry["id"], entry["task"], reason)
+    try:
+        client = wiring.redis_client(settings.redis_url)
+        pipe = client.pipeline()
+        pipe.lpush(DEADLETTER, json.dumps(entry))
+        pipe.ltrim(DEADLETTER, 0, DEADLETTER_MAX - 1)
+        pipe.execute()
+    except Exception:
+        log.exception("could not record a dead letter")
+
+
+def _describe(message: Any) -> dict[str, Any]:
+    return {"headers": dict(getattr(message, "headers", None) or {}),
+            "content_type": getattr(message, "content_type", None),
+            "body": getattr(message, "body", None)}
+
+
+class DeadLetterConsumer(Consumer):
+    """Celery's consumer, recording every message it refuses before refusing it as usual."""
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        record(f"undecodable or refused content: {exc}", **_describe(message))
+        super().on_decode_error(message, exc)
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        record("not a task message", **_describe(message))
+        super().on_unknown_message(body, message)
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        record(f"unknown task: {exc}", **_describe(message))
+        super().on_unknown_task(body, message, exc)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        record(f"invalid task message: {exc}", **_describe(message))
+        super().on_invalid_task(body, message, exc)
