@@ -13,4 +13,4 @@ app.conf.update(celery_config(settings))
 app.conf.worker_consumer = "tasks.deadletter:DeadLetterConsumer"
 
 # Registration by import, after the app exists (the task modules import `app` from here).
-from tasks import chat, deadletter, drain, logs, runs  # noqa: E402, F401
+from tasks import chat, deadletter, drain, health, logs, runs  # noqa: E402, F401
