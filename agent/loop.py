@@ -20,7 +20,7 @@ from agent.history import repair
 from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, to_api
 from agent.policy import Backoff, Driver
 from agent.provider.base import Answer, Provider, ProviderRequest, TextSink, TokenUsage
-from agent.provider.replay import RetryNotice, request_with_replay
+from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
 from agent.tools import Tool, ToolOutcome, execute
 
@@ -149,17 +149,29 @@ def _model_step(
         ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
         edge.emit([(kind, {**ids, **_retry_event(notice)})])
 
-    outcome = request_with_replay(
-        provider,
-        request,
-        message_id=message_id,
-        budget=config.retry_budget,
-        backoff=config.backoff,
-        cancel=cancel,
-        driver=config.driver,
-        on_retry=on_retry,
-        on_text=on_text,
-    )
+    before = state.usage.model_copy()
+    try:
+        outcome = request_with_replay(
+            provider,
+            request,
+            message_id=message_id,
+            budget=config.retry_budget,
+            backoff=config.backoff,
+            cancel=cancel,
+            driver=config.driver,
+            on_retry=on_retry,
+            on_text=on_text,
+        )
+    except RequestFailed as failed:
+        # The attempt that ended the request was made (and billed) too: count every attempt, once.
+        state.usage = before
+        state.usage.add(
+            input_tokens=failed.usage.input_tokens,
+            output_tokens=failed.usage.output_tokens,
+            attempts=failed.attempts,
+            discarded=failed.discarded_attempts,
+        )
+        raise
     answer = outcome.answer
     state.usage.add(
         input_tokens=answer.usage.input_tokens, output_tokens=answer.usage.output_tokens, attempts=1, discarded=0

@@ -6,6 +6,7 @@ Pure data and pure functions. Drivers (the Celery tasks) consult it; nothing her
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -67,6 +68,11 @@ TABLE: dict[tuple[Driver, F], Policy] = {
 }
 
 
+def missing_cells(table: Mapping[tuple[Driver, F], Policy]) -> list[tuple[Driver, F]]:
+    """Every (driver, class) pair `table` has no policy for; empty when the table is total."""
+    return [(driver, cls) for driver in Driver for cls in F if (driver, cls) not in table]
+
+
 def policy_for(driver: Driver | str, failure_class: F | str) -> Policy:
     """Look a cell up; a missing cell is a programming error, not a runtime default."""
     return TABLE[(Driver(driver), F(failure_class))]
@@ -117,7 +123,8 @@ def compute_backoff(
     """Seconds to wait before attempt `attempt + 1`; honours `retry-after` up to its cap."""
     rand = random.random() if rand is None else rand
     base = min(backoff.maximum, backoff.initial * backoff.factor ** max(0, attempt - 1))
-    delay = base * (1 + backoff.jitter * (2 * rand - 1))
+    # Capped after jitter: `maximum` is a promise about the wait itself, not about its midpoint.
+    delay = min(backoff.maximum, base * (1 + backoff.jitter * (2 * rand - 1)))
     if retry_after is not None:
         delay = max(delay, min(retry_after, backoff.retry_after_cap))
         # The provider's own wait is a floor the testing switch must not shorten below.
