@@ -33,7 +33,8 @@ def collect_parallel_results(messages: list[Message]) -> list[Message]:
     for message in messages:
         if message.role == "user" and message.tool_results and out:
             target = _answering_index(out, message)
-            if target is not None and target != len(out) - 1:
+            # Even right after its target: a split result message would otherwise read as an orphan.
+            if target is not None:
                 keep = tuple(b for b in message.content if not isinstance(b, ToolResultBlock))
                 merged = out[target].model_copy(update={"content": out[target].content + message.tool_results})
                 out[target] = merged

@@ -84,7 +84,7 @@ def run_loop(
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
         answer = _model_step(history, state, provider, tool_specs, edge, cancel, config, on_text)
-        content = answer.content or (TextBlock(text=""),)
+        content = answer.content or (TextBlock(text="(no answer)"),)
         state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id))
         if not answer.tool_uses:
             state.reply = answer.text

@@ -12,12 +12,15 @@ running (their worker was SIGKILLed or lost) and requeues them, counted as inter
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from typing import Any
 
 from celery import signals
 
+from agent.errors import ToolDefinitionError, ToolLoadError
 from tasks import keys, wiring
 from tasks.app import app, settings
 from tasks.sweeper import sweep_once
@@ -55,6 +58,18 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                 log.exception("recovery sweep failed; trying again")
 
     threading.Thread(target=loop, name="baton-sweeper", daemon=True).start()
+
+
+@signals.worker_init.connect
+def _check_tools(**_: Any) -> None:
+    """A worker that cannot load BATON_TOOLS must not start taking work: say why and exit."""
+    try:
+        wiring.chat_tools(settings)
+    except (ToolLoadError, ToolDefinitionError) as err:
+        log.critical("invalid settings: BATON_TOOLS: %s", err)
+        sys.stderr.write(f"invalid settings: BATON_TOOLS: {err}\n")
+        sys.stderr.flush()
+        os._exit(2)
 
 
 @signals.worker_process_init.connect

@@ -1,0 +1,166 @@
+"""`classify` on real SDK and transport exception objects, and `retry-after` parsing."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import anthropic
+import httpx2
+import pytest
+
+from agent.errors import Cancelled, ProviderError, ToolError
+from agent.failures import (
+    FailureClass,
+    IncompleteStream,
+    StreamStalled,
+    classify,
+    retry_after_seconds,
+)
+
+URL = "http://x/v1/messages"
+
+
+def _request() -> httpx2.Request:
+    return httpx2.Request("POST", URL)
+
+
+def _response(status: int, error_type: str | None = None, headers: dict[str, str] | None = None) -> httpx2.Response:
+    body = {"type": "error", "error": {"type": error_type, "message": "m"}} if error_type else {}
+    return httpx2.Response(status, request=_request(), headers=headers or {}, json=body)
+
+
+def _status_error(cls: type[anthropic.APIStatusError], status: int, error_type: str | None, **headers: str):
+    response = _response(status, error_type, {k.replace("_", "-"): v for k, v in headers.items()})
+    return cls(f"Error code: {status}", response=response, body=response.json())
+
+
+@pytest.mark.parametrize(
+    ("cls", "status", "error_type", "expected"),
+    [
+        (anthropic.RateLimitError, 429, "rate_limit_error", FailureClass.PROVIDER_RATE_LIMITED),
+        (anthropic.InternalServerError, 500, "api_error", FailureClass.PROVIDER_SERVER_ERROR),
+        (anthropic.InternalServerError, 503, None, FailureClass.PROVIDER_SERVER_ERROR),
+        (anthropic.AuthenticationError, 401, "authentication_error", FailureClass.PROVIDER_AUTH),
+        (anthropic.PermissionDeniedError, 403, "permission_error", FailureClass.PROVIDER_AUTH),
+        (anthropic.BadRequestError, 400, "invalid_request_error", FailureClass.PROVIDER_BAD_REQUEST),
+        (anthropic.NotFoundError, 404, "not_found_error", FailureClass.PROVIDER_BAD_REQUEST),
+        (anthropic.APIStatusError, 529, "overloaded_error", FailureClass.PROVIDER_OVERLOADED),
+        (anthropic.APIStatusError, 529, None, FailureClass.PROVIDER_OVERLOADED),
+        (anthropic.OverloadedError, 529, "overloaded_error", FailureClass.PROVIDER_OVERLOADED),
+    ],
+)
+def test_status_errors(cls, status, error_type, expected):
+    """Each SDK status error maps to its class by status and by the body's `error.type`."""
+    err = _status_error(cls, status, error_type)
+    assert err.status_code == status
+    found = classify(err)
+    assert found.failure_class is expected
+    assert found.retry_after is None
+
+
+def test_in_stream_overloaded_error_with_status_200():
+    """An `error` event mid-stream arrives as APIStatusError on a 200 response: the body type decides (overloaded)."""
+    response = httpx2.Response(200, request=_request(), headers={"content-type": "text/event-stream"})
+    body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    err = anthropic.APIStatusError(f"{body}", response=response, body=body)
+    assert err.status_code == 200
+    assert classify(err).failure_class is FailureClass.PROVIDER_OVERLOADED
+
+
+def test_in_stream_api_error_with_status_200_is_a_server_error():
+    """An in-stream `api_error` on a 200 response is the provider's own fault, not a bad request."""
+    response = httpx2.Response(200, request=_request())
+    body = {"type": "error", "error": {"type": "api_error", "message": "Internal"}}
+    err = anthropic.APIStatusError(f"{body}", response=response, body=body)
+    assert classify(err).failure_class is FailureClass.PROVIDER_SERVER_ERROR
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (httpx2.ReadTimeout("read timed out", request=_request()), FailureClass.PROVIDER_STALL),
+        (anthropic.APITimeoutError(request=_request()), FailureClass.PROVIDER_STALL),
+        (StreamStalled("silent"), FailureClass.PROVIDER_STALL),
+        (httpx2.RemoteProtocolError("peer closed connection", request=_request()), FailureClass.INFRA_TRANSIENT),
+        (httpx2.ConnectError("refused", request=_request()), FailureClass.INFRA_TRANSIENT),
+        (anthropic.APIConnectionError(request=_request()), FailureClass.INFRA_TRANSIENT),
+        (IncompleteStream("no message_stop"), FailureClass.INFRA_TRANSIENT),
+        (ConnectionResetError(), FailureClass.INFRA_TRANSIENT),
+        (ToolError("refused"), FailureClass.TOOL_ERROR),
+        (Cancelled("stop"), FailureClass.CANCELLED),
+        (ProviderError("x", failure_class="provider_auth", retryable=False), FailureClass.PROVIDER_AUTH),
+        (RuntimeError("who knows"), FailureClass.UNKNOWN),
+    ],
+)
+def test_transport_and_own_errors(exc, expected):
+    """Timeouts are stalls, broken connections are transient, our own errors carry their class, the rest unknown."""
+    assert classify(exc).failure_class is expected
+
+
+def test_walks_cause_to_the_sdk_error():
+    """An error raised `from` a RateLimitError is classified by that cause, with its retry-after."""
+    root = _status_error(anthropic.RateLimitError, 429, "rate_limit_error", retry_after="12")
+    try:
+        try:
+            raise root
+        except anthropic.RateLimitError as err:
+            raise RuntimeError("wrapped by some layer") from err
+    except RuntimeError as wrapped:
+        found = classify(wrapped)
+    assert found.failure_class is FailureClass.PROVIDER_RATE_LIMITED
+    assert found.retry_after == 12.0
+
+
+def test_walks_implicit_context_and_survives_cycles():
+    """An error raised while handling another is classified by the one it interrupted; a cause cycle terminates."""
+    try:
+        try:
+            raise httpx2.ReadTimeout("slow", request=_request())
+        except httpx2.ReadTimeout:
+            raise ValueError("while handling")  # noqa: B904 - the implicit __context__ is the point
+    except ValueError as err:
+        assert classify(err).failure_class is FailureClass.PROVIDER_STALL
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__cause__, b.__cause__ = b, a
+    assert classify(a).failure_class is FailureClass.UNKNOWN
+
+
+def test_retry_after_seconds_header_on_a_real_error():
+    """A numeric `retry-after` on a 429 and on a 529 is read as seconds."""
+    assert classify(_status_error(anthropic.RateLimitError, 429, None, retry_after="3")).retry_after == 3.0
+    assert classify(_status_error(anthropic.APIStatusError, 529, None, retry_after="1.5")).retry_after == 1.5
+
+
+def test_retry_after_http_date_on_a_real_error():
+    """An HTTP-date `retry-after` becomes a positive number of seconds until that date."""
+    when = email.utils.formatdate(time.time() + 120, usegmt=True)
+    found = classify(_status_error(anthropic.RateLimitError, 429, None, retry_after=when))
+    assert found.retry_after is not None
+    assert 100 < found.retry_after <= 121
+
+
+def test_retry_after_garbage_on_a_real_error_is_ignored():
+    """A malformed `retry-after` does not break classification; it just gives no wait."""
+    found = classify(_status_error(anthropic.RateLimitError, 429, None, retry_after="soon, maybe"))
+    assert found.failure_class is FailureClass.PROVIDER_RATE_LIMITED
+    assert found.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("5", 5.0),
+        ("0.25", 0.25),
+        ("-3", 0.0),
+        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),
+        ("garbage", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after_parsing(value, expected):
+    """Seconds are taken as is (never negative), a date is measured from `now`, garbage is None."""
+    now = email.utils.parsedate_to_datetime("Wed, 21 Oct 2015 07:28:00 GMT").timestamp()
+    assert retry_after_seconds(value, now=now) == expected

@@ -1,0 +1,107 @@
+"""Settings: the contract's defaults, and a bad value failing with a message that names its variable."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from config import settings as settings_module
+from config.settings import SettingsError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """Each test sees only the BATON_* variables it sets itself."""
+    for name in list(os.environ):
+        if name.startswith("BATON_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_match_the_contract():
+    """With nothing set, every documented default holds."""
+    s = load_settings()
+    assert s.redis_url == "redis://localhost:6379/0"
+    assert s.broker_url == "redis://localhost:6379/0" and s.broker == s.redis_url
+    assert s.provider == "anthropic"
+    assert s.model and s.model.startswith("claude")
+    assert s.tools == ""
+    assert s.stream_idle_timeout == 20
+    assert s.retry_budget == 4
+    assert s.round_ttl == 600
+    assert s.round_max_bytes == 98304
+    assert s.max_interruptions == 3
+    assert s.max_rounds == 12
+
+
+def test_broker_follows_the_redis_url_unless_overridden(monkeypatch):
+    """The broker defaults to the store's URL, and an explicit BATON_BROKER_URL wins."""
+    monkeypatch.setenv("BATON_REDIS_URL", "redis://store:6380/2")
+    assert load_settings().broker_url == "redis://store:6380/2"
+    monkeypatch.setenv("BATON_BROKER_URL", "redis://broker:6379/5")
+    s = load_settings()
+    assert (s.redis_url, s.broker_url, s.broker) == ("redis://store:6380/2", "redis://broker:6379/5", s.broker_url)
+
+
+def test_environment_values_are_read(monkeypatch):
+    """Each contract variable is read from the environment with its type."""
+    values = {
+        "BATON_PROVIDER": "scripted",
+        "BATON_MODEL": "claude-test",
+        "BATON_TOOLS": "pkg.mod:TOOLS",
+        "BATON_STREAM_IDLE_TIMEOUT": "2.5",
+        "BATON_RETRY_BUDGET": "1",
+        "BATON_ROUND_TTL": "30",
+        "BATON_ROUND_MAX_BYTES": "2048",
+        "BATON_MAX_INTERRUPTIONS": "0",
+        "BATON_MAX_ROUNDS": "2",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    s = load_settings()
+    assert (s.provider, s.model, s.tools) == ("scripted", "claude-test", "pkg.mod:TOOLS")
+    assert (s.stream_idle_timeout, s.retry_budget, s.round_ttl) == (2.5, 1, 30)
+    assert (s.round_max_bytes, s.max_interruptions, s.max_rounds) == (2048, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BATON_RETRY_BUDGET", "0"),
+        ("BATON_PROVIDER", "openai"),
+        ("BATON_STREAM_IDLE_TIMEOUT", "abc"),
+        ("BATON_STREAM_IDLE_TIMEOUT", "0"),
+        ("BATON_MAX_ROUNDS", "-1"),
+        ("BATON_ROUND_TTL", "ten minutes"),
+        ("BATON_REDIS_URL", "localhost:6379"),
+        ("BATON_BROKER_URL", "http://broker"),
+    ],
+)
+def test_bad_value_names_its_variable(monkeypatch, variable, value):
+    """A malformed value fails at load with SettingsError naming the variable and showing the value."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert variable in message
+    assert repr(value) in message
+
+
+def test_every_bad_variable_is_named(monkeypatch):
+    """Several bad values are reported together, each by its own name."""
+    monkeypatch.setenv("BATON_RETRY_BUDGET", "0")
+    monkeypatch.setenv("BATON_PROVIDER", "openai")
+    with pytest.raises(SettingsError, match="BATON_RETRY_BUDGET") as info:
+        load_settings()
+    assert "BATON_PROVIDER" in str(info.value)
+
+
+def test_current_reads_once(monkeypatch):
+    """`current()` is the process-wide settings: read once, not re-read on every call."""
+    settings_module.current.cache_clear()
+    try:
+        first = settings_module.current()
+        monkeypatch.setenv("BATON_MAX_ROUNDS", "3")
+        assert settings_module.current() is first
+    finally:
+        settings_module.current.cache_clear()
