@@ -19,8 +19,14 @@ def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
     verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(REPO)
-    out = subprocess.run([sys.executable, "-m", "tasks.cli", "demo", "--json"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "demo", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads(out.stdout)
     names = [s["name"] for s in report["scenarios"]]

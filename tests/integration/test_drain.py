@@ -28,7 +28,9 @@ def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path):
     with interruptions == 1, events and transcript say why, each write tool ran once, and the provider saw
     exactly one repeated request (the stream that was in flight)."""
     stack.fake_api.set_handler(
-        Script([tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("all done")])
+        Script(
+            [tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("all done")]
+        )
     )
     worker_a = stack.worker("a")
     client = stack.client()

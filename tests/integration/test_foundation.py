@@ -23,7 +23,11 @@ def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack)
     stack.worker()
     out = subprocess.run(
         [sys.executable, "-m", "tasks.cli", "send", "c1", "what is a?", "--wait", "--json", "--timeout", "60"],
-        cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=90,
+        cwd=REPO,
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -66,8 +70,10 @@ def test_two_turns_of_one_chat_run_one_after_the_other(stack):
     assert result2.status == "completed" and result2.reply == "second done"
     order = [(e.type, e.turn_id) for e in client.events("c2") if e.type in ("turn.started", "turn.completed")]
     assert order == [
-        ("turn.started", t1.turn_id), ("turn.completed", t1.turn_id),
-        ("turn.started", t2.turn_id), ("turn.completed", t2.turn_id),
+        ("turn.started", t1.turn_id),
+        ("turn.completed", t1.turn_id),
+        ("turn.started", t2.turn_id),
+        ("turn.completed", t2.turn_id),
     ]
 
 

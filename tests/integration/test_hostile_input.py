@@ -33,12 +33,25 @@ class _Canary:
 
 def _publish_raw(url: str, queue: str, body: bytes, content_type: str, task: str = "baton.chat_turn") -> str:
     task_id = str(uuid.uuid4())
-    headers = {"lang": "py", "task": task, "id": task_id, "root_id": task_id, "parent_id": None, "group": None,
-               "argsrepr": "()", "kwargsrepr": "{}", "origin": "test", "retries": 0, "eta": None, "expires": None}
+    headers = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "root_id": task_id,
+        "parent_id": None,
+        "group": None,
+        "argsrepr": "()",
+        "kwargsrepr": "{}",
+        "origin": "test",
+        "retries": 0,
+        "eta": None,
+        "expires": None,
+    }
     with Connection(url) as conn:
         producer = Producer(conn.channel(), exchange=Exchange(queue, type="direct"), routing_key=queue)
-        producer.publish(body, content_type=content_type, content_encoding="binary", headers=headers,
-                         serializer=None, declare=[])
+        producer.publish(
+            body, content_type=content_type, content_encoding="binary", headers=headers, serializer=None, declare=[]
+        )
     return task_id
 
 
@@ -57,8 +70,12 @@ def test_poison_messages_are_dead_lettered_never_executed_and_the_worker_stays_h
     r = redis.Redis.from_url(stack.redis_server.url)
     canary = tmp_path / "canary"
 
-    _publish_raw(stack.redis_server.url, stack.queue, pickle.dumps(((_Canary(str(canary)),), {}, {})),
-                 "application/x-python-serialize")
+    _publish_raw(
+        stack.redis_server.url,
+        stack.queue,
+        pickle.dumps(((_Canary(str(canary)),), {}, {})),
+        "application/x-python-serialize",
+    )
     entry = _next_dead_letter(r)
     assert "pickle" in entry["reason"] or "untrusted" in entry["reason"].lower() or "refus" in entry["reason"].lower()
 
@@ -113,7 +130,13 @@ def test_bad_input_is_refused_before_anything_is_enqueued(scripted_stack, tmp_pa
 def test_cli_bad_input_exits_2_with_a_clear_message(scripted_stack, tmp_path):
     """The CLI turns bad input into exit status 2 and a message naming the problem."""
     for argv in (["send", "bad id!", "hi"], ["send", "c1", ""], ["run", "goal", "--workspace", str(tmp_path / "nope")]):
-        out = subprocess.run([sys.executable, "-m", "tasks.cli", *argv], cwd=REPO, env=scripted_stack.env,
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-m", "tasks.cli", *argv],
+            cwd=REPO,
+            env=scripted_stack.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.returncode == 2, (argv, out.stdout, out.stderr)
         assert out.stderr.strip()

@@ -39,14 +39,18 @@ def test_the_api_key_appears_nowhere_we_write(stack, tmp_path):
     """With a recognisable fake key, a turn with a tool round and a replayed stream, a failing turn and a
     coding run that prints its environment leave no trace of the key in worker logs (JSON logs on), Redis
     (events, transcripts, records, rounds, task results, the queue) or what the provider was sent."""
-    stack.fake_api.set_handler(Script([
-        tool_call("lookup", {"key": "k"}),
-        failing(Fault(kind="drop", after_events=3), like=text("partial")),
-        text("done"),
-        failing(Fault(kind="http", status=401)),
-        tool_call("run_command", {"command": "env"}),
-        text("printed the environment"),
-    ]))
+    stack.fake_api.set_handler(
+        Script(
+            [
+                tool_call("lookup", {"key": "k"}),
+                failing(Fault(kind="drop", after_events=3), like=text("partial")),
+                text("done"),
+                failing(Fault(kind="http", status=401)),
+                tool_call("run_command", {"command": "env"}),
+                text("printed the environment"),
+            ]
+        )
+    )
     worker = stack.worker(BATON_LOG_JSON="1")
     client = stack.client()
     assert client.wait(client.send_message("s1", "hello"), timeout=60).status == "completed"
