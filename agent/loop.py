@@ -63,7 +63,7 @@ class LoopConfig:
     system: str | None = None
     deadline: float | None = None  # time.monotonic() value after which a run stops with budget_exceeded
     stop_grace: float = 1.0  # how long a stop lets a running tool finish before abandoning it
-    drain_grace: float = 3.0  # how long a drain lets a running tool settle
+    drain_grace: float = 2.0  # how long a drain lets a running tool settle
 
 
 def run_loop(

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     run_wall_clock: float = Field(4 * 3600.0, gt=0)
     backoff_scale: float = Field(1.0, ge=0, le=10)
     stop_grace: float = Field(1.0, ge=0, le=60)
-    drain_grace: float = Field(3.0, ge=0, le=60)
+    drain_grace: float = Field(2.0, ge=0, le=60)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
 
