@@ -127,7 +127,7 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         return 0
     if args.command == "stop":
         out = client.stop(args.id)
-        _emit(args, out, out["message"])
+        _emit(args, {"id": out["id"], "stopped": out["stopped"]}, out["message"])
         return 0
     if args.command == "transcript":
         messages = client.transcript(args.id)

@@ -18,7 +18,9 @@ STARTED_KEY = "test:started"
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ.get("BATON_TEST_COUNTER_URL") or os.environ["BATON_REDIS_URL"])
+    # No socket timeout: blocking_write waits up to 60 s in BLPOP (redis-py defaults to 5 s).
+    url = os.environ.get("BATON_TEST_COUNTER_URL") or os.environ["BATON_REDIS_URL"]
+    return redis.Redis.from_url(url, socket_timeout=None)
 
 
 def _count(name: str, detail: str) -> int:
