@@ -6,9 +6,7 @@ import email.utils
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-
-import anthropic
-import httpx2
+from typing import Any
 
 from agent.errors import Cancelled, ProviderError, ToolError
 
@@ -77,7 +75,7 @@ def _status_class(status: int, error_type: str | None) -> FailureClass:
     return FailureClass.UNKNOWN
 
 
-def _error_type(err: anthropic.APIStatusError) -> str | None:
+def _error_type(err: Any) -> str | None:
     body = err.body
     if isinstance(body, dict):
         inner = body.get("error", body)
@@ -87,6 +85,10 @@ def _error_type(err: anthropic.APIStatusError) -> str | None:
 
 
 def _classify_one(exc: BaseException) -> Classified | None:
+    # Imported here so that the enum and policy (read by every CLI call) do not pay for the SDK's import.
+    import anthropic
+    import httpx2
+
     if isinstance(exc, ProviderError):
         return Classified(FailureClass(exc.failure_class))
     if isinstance(exc, Cancelled):

@@ -7,7 +7,6 @@ from functools import lru_cache
 import redis
 
 from agent.policy import Backoff
-from agent.provider.anthropic_provider import AnthropicProvider
 from agent.provider.base import Provider
 from agent.provider.scripted import ScriptedProvider, directive_script
 from agent.tools import Tool, by_name, load_tools
@@ -35,6 +34,8 @@ class RedisCounter:
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     if settings.provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client)))
+    from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
+
     return AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
 
 
