@@ -35,7 +35,7 @@ def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack)
     assert result["status"] == "completed" and result["reply"] == "The answer is A."
     assert result["usage"]["attempts"] == 2 and result["usage"]["discarded_attempts"] == 0
 
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
     assert counting_tools.calls(r, "lookup") == 1
     assert stack.fake_api.request_count == 2
     second = stack.fake_api.requests[1]["messages"]
@@ -58,7 +58,7 @@ def test_two_turns_of_one_chat_run_one_after_the_other(stack):
     )
     stack.worker()
     client = stack.client()
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
     t1 = client.send_message("c2", "first")
     t2 = client.send_message("c2", "second")
     assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None  # turn 1 is inside its tool
@@ -82,7 +82,7 @@ def test_the_same_turn_delivered_twice_runs_once(stack):
     stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "dup"}), text("done once")]))
     stack.worker()
     client = stack.client()
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
     ref = client.send_message("c3", "do it once")
     assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
     client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], task_id=ref.task_id, queue=stack.queue)

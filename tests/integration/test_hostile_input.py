@@ -67,7 +67,7 @@ def test_poison_messages_are_dead_lettered_never_executed_and_the_worker_stays_h
     redelivered; afterwards the same worker still completes a normal turn."""
     stack.fake_api.set_handler(Script([text("still healthy")]))
     worker = stack.worker()
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
     canary = tmp_path / "canary"
 
     _publish_raw(
