@@ -186,6 +186,8 @@ class Execution:
         journal = RedisJournal(
             client, self.fence, owner_id=unit.owner_id, unit_id=unit.unit_id, generation=rec.generation
         )
+        # A new generation (a retry, an auto-resume) starts an empty journal; the run's step count goes on.
+        journal.done_steps = max(journal.done_steps, rec.steps)
         state = self._seed(rec, journal)
         history = load_transcript(client, unit.owner_id, rec.history_len - 1)
         config = self._config(rec)

@@ -1,0 +1,117 @@
+"""The Redis journal: one fenced round trip per step, and nothing at all from a stale lease holder."""
+
+from __future__ import annotations
+
+import json
+
+import fakeredis
+import pytest
+
+from agent.errors import LeaseLost
+from tasks import keys
+from tasks.fenced import _FENCED, Fence
+from tasks.journal import RedisJournal
+
+OWNER, RUN = "run:r1", "r1"
+
+
+class Counting:
+    """Wraps a client's `execute_command`: every Redis command the client sends passes through it."""
+
+    def __init__(self, client: fakeredis.FakeRedis) -> None:
+        self.commands: list[str] = []
+        self._inner = client.execute_command
+        client.execute_command = self  # instance attribute: redis-py's command methods call self.execute_command
+
+    def __call__(self, *args, **options):
+        self.commands.append(str(args[0]))
+        return self._inner(*args, **options)
+
+
+@pytest.fixture
+def client() -> fakeredis.FakeRedis:
+    r = fakeredis.FakeRedis()
+    # A server that has run the fenced script before (any worker's first step loads it; redis-py then
+    # falls back to SCRIPT LOAD once, on a server that never saw it, and uses EVALSHA from then on).
+    r.script_load(_FENCED)
+    r.set(keys.lease(OWNER), "token-a")
+    return r
+
+
+def _journal(client: fakeredis.FakeRedis, token: str = "token-a") -> RedisJournal:
+    return RedisJournal(client, Fence(client, keys.lease(OWNER), token), owner_id=OWNER, unit_id=RUN, generation=0)
+
+
+def test_each_step_is_one_round_trip_holding_the_record_the_step_count_and_the_events(client):
+    """`record` sends exactly one command (an EVALSHA) per step, and that one write carries the step's record,
+    the run's step count and the step's events; a write-ahead `committing` entry counts no step."""
+    journal = _journal(client)
+    counting = Counting(client)
+    steps = [
+        ("model:0", {"kind": "model", "status": "done"}, [("run.step", {"step": "model:0"})]),
+        ("tool:t1", {"kind": "tool", "status": "committing", "name": "record_note"}, []),
+        ("tool:t1", {"kind": "tool", "status": "done", "name": "record_note"}, [("run.step", {"step": "tool:t1"})]),
+    ]
+    for step_id, record, events in steps:
+        counting.commands.clear()
+        journal.record(step_id, record, events)
+        assert counting.commands == ["EVALSHA"], step_id
+
+    stored = {k.decode(): json.loads(v) for k, v in client.hgetall(keys.journal(OWNER, RUN, 0)).items()}
+    assert stored == {"model:0": steps[0][1], "tool:t1": steps[2][1]}
+    assert json.loads(client.hget(keys.record(OWNER, RUN), "steps")) == 2
+    written = [json.loads(fields[b"e"]) for _, fields in client.xrange(keys.events(OWNER))]
+    assert [(e["type"], e["step"], e["run_id"]) for e in written] == [
+        ("run.step", "model:0", "r1"),
+        ("run.step", "tool:t1", "r1"),
+    ]
+    assert client.pttl(keys.journal(OWNER, RUN, 0)) > 0
+
+
+def test_a_reopened_journal_replays_what_was_recorded(client):
+    """A new execution reading the same generation sees every recorded step and continues the step count."""
+    first = _journal(client)
+    first.record("model:0", {"kind": "model", "status": "done"}, [])
+    first.record("tool:t1", {"kind": "tool", "status": "committing"}, [])
+    again = _journal(client)
+    assert again.recorded("model:0") == {"kind": "model", "status": "done"}
+    assert again.recorded("tool:t1") == {"kind": "tool", "status": "committing"}
+    assert again.recorded("model:1") is None
+    assert again.done_steps == 1
+
+
+def test_a_stale_holder_writes_nothing_and_learns_it_lost_the_lease(client):
+    """Once another execution took the lease over, the old holder's step is refused inside Redis: its one
+    command changes no journal entry, no step count and no event, and `record` raises LeaseLost."""
+    stale = _journal(client)
+    stale.record("model:0", {"kind": "model", "status": "done"}, [("run.step", {"step": "model:0"})])
+    client.set(keys.lease(OWNER), "token-b")  # expired and taken over by a newer execution
+    before = (
+        client.hgetall(keys.journal(OWNER, RUN, 0)),
+        client.hgetall(keys.record(OWNER, RUN)),
+        client.xlen(keys.events(OWNER)),
+    )
+    counting = Counting(client)
+    with pytest.raises(LeaseLost):
+        stale.record("tool:t1", {"kind": "tool", "status": "done"}, [("run.step", {"step": "tool:t1"})])
+    assert counting.commands == ["EVALSHA"]
+    counting.commands.clear()
+    with pytest.raises(LeaseLost):
+        stale.emit([("run.step", {"step": "late"})])
+    assert counting.commands == ["EVALSHA"]
+    after = (
+        client.hgetall(keys.journal(OWNER, RUN, 0)),
+        client.hgetall(keys.record(OWNER, RUN)),
+        client.xlen(keys.events(OWNER)),
+    )
+    assert after == before
+    assert stale.recorded("tool:t1") is None and stale.done_steps == 1
+
+
+def test_a_lease_that_expired_with_no_new_holder_also_refuses_the_write(client):
+    """No lease at all (expired, not yet taken over) is not ours either: the step is refused."""
+    journal = _journal(client)
+    client.delete(keys.lease(OWNER))
+    with pytest.raises(LeaseLost):
+        journal.record("model:0", {"kind": "model", "status": "done"}, [("run.step", {"step": "model:0"})])
+    assert not client.exists(keys.journal(OWNER, RUN, 0)) and not client.exists(keys.events(OWNER))
