@@ -61,8 +61,11 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
 
 
 @signals.worker_init.connect
-def _check_tools(**_: Any) -> None:
-    """A worker that cannot load BATON_TOOLS must not start taking work: say why and exit."""
+def _prepare_worker(**_: Any) -> None:
+    """Load what every task needs before the pool forks, and refuse to start with unloadable tools."""
+    if settings.provider == "anthropic":
+        # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
+        import agent.provider.anthropic_provider  # noqa: F401
     try:
         wiring.chat_tools(settings)
     except (ToolLoadError, ToolDefinitionError) as err:

@@ -1,0 +1,782 @@
+"""Chaos: coding runs and chat turns under provider faults, worker kills and Redis crashes, then the promises checked.
+
+    python -m bench.chaos --minutes 10 --runs 6 --chats 6 --seed 1
+    python -m bench.chaos --short                     # ~60-90 s, what tests/integration/test_chaos_short.py runs
+
+What runs: a private AOF redis-server (the store, broker and result backend; kill -9'd and restarted), a second
+private redis-server that is never restarted (the probe's counts, so they survive the chaos), the fake Messages API
+(real SDK, real sockets) injecting drops, stalls, in-stream overloaded errors and 529s, and 2-3 real workers with
+`BATON_LEASE_TTL=3`. Every scripted model answer calls `record_note` with a note unique to (unit, round); the tool
+below counts each call and logs which process ran it and when, so "exactly once" and "never two live executions"
+are checked from the effect's side, not from Baton's own bookkeeping.
+
+Meanwhile, at seeded random moments: SIGKILL a worker (whole process group), SIGTERM one (a deploy), SIGKILL one
+pool child (an OOM kill), or kill -9 Redis and restart it after a short outage; a replacement worker is started
+after each worker loss. Every ~0.2 s a sampler looks for two processes inside a write tool of the same unit.
+
+At the end (bounded wait for quiescence) it checks: every unit terminal with a stated class when failed, nothing
+left queued/running/waiting, every note executed exactly once (0 only where the history shows the interrupted
+placeholder for that call), no tool-call intervals of one unit overlapping across processes, every final transcript
+valid (`agent.history.problems`), no request the fake API rejected. It prints the figures and exits 1 on any
+violation. Logs are kept (path printed) when something fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from agent.tools import tool
+from tasks import keys
+from tests.support import counting_tools
+
+# -- the probe tool (workers load it with BATON_TOOLS=bench.chaos:TOOLS) ------------------------------------------
+
+PROBE_LOG = "chaos:probe"  # one JSON line per tool start and end: note, owner, pid, ppid, time, lease holder's pid
+INFLIGHT = "chaos:inflight:"  # hash per owner: "pid|note" -> start time, present while the tool runs
+HOLD_ENV = "BATON_CHAOS_HOLD"  # seconds the tool stays inside its effect window (widens overlaps so we see them)
+
+
+def _counter() -> redis.Redis:
+    return _client(os.environ.get("BATON_TEST_COUNTER_URL") or os.environ["BATON_REDIS_URL"])
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _holder_pid(owner: str) -> int | None:
+    """The pid inside the lease token (`unit|node|host:pid|nonce`) of whoever holds the owner's lease now."""
+    try:
+        value = _client(os.environ["BATON_REDIS_URL"]).get(keys.lease(owner))
+    except redis.RedisError:
+        return -1  # the store is down: unknown
+    parts = value.decode().split("|") if value else []
+    if len(parts) < 3:
+        return None
+    try:
+        return int(parts[2].rpartition(":")[2])
+    except ValueError:
+        return None
+
+
+@tool(effect="write")
+def record_note(note: str) -> str:
+    """Record a note (a side effect; counted, with the process that ran it and when)."""
+    owner = note.split("|")[1] if note.count("|") >= 2 else "unknown"
+    pid, ppid = os.getpid(), os.getppid()
+    counter = _counter()
+    start = {"ev": "start", "note": note, "owner": owner, "pid": pid, "ppid": ppid, "holder": _holder_pid(owner)}
+    start["t"] = time.time()
+    counter.rpush(PROBE_LOG, json.dumps(start))
+    counter.hset(INFLIGHT + owner, f"{pid}|{note}", start["t"])
+    result = counting_tools.record_note(note=note)  # the effect: test:calls:record_note and test:calls:log
+    time.sleep(float(os.environ.get(HOLD_ENV, "0.3")))
+    counter.hdel(INFLIGHT + owner, f"{pid}|{note}")
+    counter.rpush(PROBE_LOG, json.dumps({"ev": "end", "note": note, "pid": pid, "t": time.time()}))
+    return result
+
+
+TOOLS = [record_note]
+
+# -- the scripted model -------------------------------------------------------------------------------------------
+
+MARKER = re.compile(r"\[\[chaos owner=(\S+) unit=(\S+) rounds=(\d+)\]\]")
+FAULT_KINDS = ("drop", "stall", "overloaded", "http529")
+
+
+def marker(owner: str, unit: str, rounds: int) -> str:
+    return f"[[chaos owner={owner} unit={unit} rounds={rounds}]]"
+
+
+class ChaosModel:
+    """The fake API's handler: each unit's answers follow from the request alone (so replays stay consistent).
+
+    The last chaos marker in the user texts names the unit; the assistant messages after it say which round this
+    is. Rounds before the last call `record_note` with a note unique to (owner, unit, round); then a final text.
+    A fraction of replies is broken on the way (seeded): dropped, stalled, overloaded in-stream, or a 529.
+    """
+
+    def __init__(self, seed: int, fault_rate: float, stall_seconds: float) -> None:
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.fault_rate = fault_rate
+        self.stall_seconds = stall_seconds
+        self.requests = 0
+        self.faults: Counter[str] = Counter()
+        self.unrouted = 0
+
+    def __call__(self, body: dict[str, Any], index: int) -> Any:
+        from tests.support.fake_anthropic import Fault, failing, text, tool_call
+
+        messages = body.get("messages") or []
+        found: tuple[int, re.Match[str]] | None = None
+        for i, message in enumerate(messages):
+            if message.get("role") != "user" or not isinstance(message.get("content"), list):
+                continue
+            for block in message["content"]:
+                if block.get("type") == "text":
+                    for match in MARKER.finditer(block.get("text", "")):
+                        found = (i, match)
+        with self._lock:
+            self.requests += 1
+            roll = self._rng.random()
+            kind = self._rng.choice(FAULT_KINDS)
+            after = self._rng.randint(0, 7)
+        if found is None:
+            with self._lock:
+                self.unrouted += 1
+            return text("no chaos marker found")
+        i, match = found
+        owner, unit, rounds = match.group(1), match.group(2), int(match.group(3))
+        done = sum(1 for m in messages[i + 1 :] if m.get("role") == "assistant")
+        if done < rounds:
+            reply = tool_call("record_note", {"note": f"n|{owner}|{unit}|r{done}"})
+        else:
+            reply = text(f"done {unit}")
+        if roll >= self.fault_rate:
+            return reply
+        with self._lock:
+            self.faults[kind] += 1
+        if kind == "http529":
+            return failing(Fault("http", status=529, message="Overloaded"), like=reply)
+        if kind == "stall":
+            return failing(Fault("stall", after_events=after, seconds=self.stall_seconds), like=reply)
+        return failing(Fault(kind, after_events=max(1, after)), like=reply)  # type: ignore[arg-type]
+
+
+# -- the harness --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    minutes: float
+    runs: int
+    chats: int
+    seed: int
+    workers: int = 3
+    concurrency: int = 2
+    fault_rate: float = 0.15
+    stall_seconds: float = 3.0
+    event_every: tuple[float, float] = (4.0, 12.0)
+    outage: tuple[float, float] = (0.2, 2.5)
+    quiesce_timeout: float = 180.0
+    appendfsync: str = "everysec"
+    turns_per_chat: int = 4
+    hold: float = 0.3
+    keep: bool = False
+
+
+@dataclass
+class UnitRef:
+    kind: str  # "run" or "turn"
+    owner: str
+    unit: str
+    rounds: int
+    sent_at: float
+    tag: str  # the unit's name inside its notes and final answer (a run's id; a chat turn's own tag)
+
+
+@dataclass
+class Figures:
+    kills: Counter[str] = field(default_factory=Counter)
+    redis_restarts: int = 0
+    outage_seconds: float = 0.0
+    samples: int = 0
+    lease_changes: int = 0
+    send_errors: int = 0
+    sigterm_exit_seconds: list[float] = field(default_factory=list)
+
+
+class Chaos:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.tmp = Path(tempfile.mkdtemp(prefix="baton-chaos-"))
+        self.queue = f"chaos-{uuid.uuid4().hex[:6]}"
+        self.figures = Figures()
+        self.violations: list[str] = []
+        self.units: list[UnitRef] = []
+        self.lock = threading.Lock()  # held while Redis is down, so the driver never sends into the outage
+        self.stop_work = threading.Event()
+        self.stop_sampler = threading.Event()
+        self.workers: list[Any] = []
+        self.retired: list[Any] = []
+        self.deaths: dict[int, float] = {}  # pid -> when we killed it (for tool intervals with no end)
+        self.sampled_overlaps: set[tuple[str, tuple[int, ...]]] = set()
+        self._worker_seq = 0
+        self.exiting: list[threading.Thread] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from tasks.embedded_redis import EmbeddedRedis
+        from tests.support.fake_anthropic import FakeMessagesServer
+
+        self.store = EmbeddedRedis(self.tmp / "store", aof=True).start()
+        self._apply_fsync()
+        self.counter = EmbeddedRedis(self.tmp / "counter").start()
+        self.model = ChaosModel(self.cfg.seed + 1, self.cfg.fault_rate, self.cfg.stall_seconds)
+        self.fake = FakeMessagesServer(self.model).start()
+        self.store_client = redis.Redis.from_url(self.store.url, socket_timeout=5, socket_connect_timeout=2)
+        self.counter_client = redis.Redis.from_url(self.counter.url)
+        for _ in range(self.cfg.workers):
+            self.add_worker()
+        self.client = self._client()
+
+    def _apply_fsync(self) -> None:
+        if self.cfg.appendfsync != "everysec":
+            redis.Redis.from_url(self.store.url).config_set("appendfsync", self.cfg.appendfsync)
+
+    @property
+    def env(self) -> dict[str, str]:
+        from tests.support.processes import REPO
+
+        return {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", str(self.tmp)),
+            "PYTHONPATH": str(REPO),
+            "BATON_REDIS_URL": self.store.url,
+            "BATON_QUEUE": self.queue,
+            "BATON_PROVIDER": "anthropic",
+            "ANTHROPIC_BASE_URL": self.fake.url,
+            "ANTHROPIC_API_KEY": "sk-ant-chaos-not-a-real-key",
+            "BATON_MODEL": "claude-chaos",
+            "BATON_TOOLS": "bench.chaos:TOOLS",
+            "BATON_TEST_COUNTER_URL": self.counter.url,
+            "BATON_BACKOFF_SCALE": "0",
+            "BATON_LEASE_TTL": "3",
+            "BATON_MAX_INTERRUPTIONS": "50",
+            "BATON_STREAM_IDLE_TIMEOUT": "2",
+            HOLD_ENV: str(self.cfg.hold),
+        }
+
+    def _client(self) -> Any:
+        from config.settings import Settings
+        from tasks.client import Client
+
+        overrides = {k.removeprefix("BATON_").lower(): v for k, v in self.env.items() if k.startswith("BATON_")}
+        return Client(Settings(**overrides))
+
+    def add_worker(self) -> Any:
+        from tests.support.processes import Worker
+
+        self._worker_seq += 1
+        worker = Worker(f"chaos{self._worker_seq}", self.env, self.tmp, concurrency=self.cfg.concurrency)
+        self.workers.append(worker)
+        worker.start(timeout=90)
+        return worker
+
+    def shutdown(self, failed: bool) -> None:
+        self.stop_work.set()
+        self.stop_sampler.set()
+        for worker in [*self.workers, *self.retired]:
+            with contextlib.suppress(Exception):
+                if worker.alive:
+                    worker.kill9()
+                worker.stop()
+        with contextlib.suppress(Exception):
+            self.client.close()
+        with contextlib.suppress(Exception):
+            self.fake.stop()
+        for server in (getattr(self, "store", None), getattr(self, "counter", None)):
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.stop()
+        if failed or self.cfg.keep:
+            print(f"logs and data kept in {self.tmp}", flush=True)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- the work -------------------------------------------------------------------------------------------------
+
+    def driver(self) -> None:
+        """Keep `runs` coding runs and `chats` chats busy until told to stop; sometimes two turns back to back."""
+        runs: dict[int, UnitRef | None] = dict.fromkeys(range(self.cfg.runs))
+        chats: dict[int, list[Any]] = {i: [f"cc{i}-{uuid.uuid4().hex[:6]}", 0, []] for i in range(self.cfg.chats)}
+        workspace = self.tmp / "workspace"
+        workspace.mkdir(exist_ok=True)
+        while not self.stop_work.is_set():
+            try:
+                for slot, ref in runs.items():
+                    if ref is None or self._terminal(ref):
+                        runs[slot] = self._start_run(workspace)
+                for slot, chat in chats.items():
+                    chat_id, sent, pending = chat
+                    if pending and not all(self._terminal(ref) for ref in pending):
+                        continue
+                    if sent >= self.cfg.turns_per_chat:
+                        chat[:] = [f"cc{slot}-{uuid.uuid4().hex[:6]}", 0, []]
+                        chat_id, sent = chat[0], 0
+                    burst = 2 if self.rng.random() < 0.3 and sent + 2 <= self.cfg.turns_per_chat else 1
+                    chat[2] = [self._send_turn(chat_id) for _ in range(burst)]
+                    chat[1] = sent + burst
+            except (redis.RedisError, OSError) as err:
+                self.figures.send_errors += 1
+                print(f"  driver: {type(err).__name__}: {err}", flush=True)
+            self.stop_work.wait(0.2)
+
+    def _terminal(self, ref: UnitRef) -> bool:
+        from tasks.execution import load_record
+
+        try:
+            rec = load_record(self.store_client, ref.owner, ref.unit)
+        except redis.RedisError:
+            return False
+        return rec is not None and rec.terminal
+
+    def _start_run(self, workspace: Path) -> UnitRef:
+        run_id = f"cr-{uuid.uuid4().hex[:10]}"
+        owner = keys.owner("run", run_id)
+        rounds = self.rng.randint(3, 5)
+        with self.lock:
+            self.client.start_run(f"Chaos run. {marker(owner, run_id, rounds)}", workspace=workspace, run_id=run_id)
+        ref = UnitRef("run", owner, run_id, rounds, time.time(), run_id)
+        self.units.append(ref)
+        return ref
+
+    def _send_turn(self, chat_id: str) -> UnitRef:
+        owner = keys.owner("chat", chat_id)
+        unit = f"u{uuid.uuid4().hex[:10]}"
+        rounds = self.rng.randint(1, 4)
+        with self.lock:
+            turn = self.client.send_message(chat_id, f"Chaos turn. {marker(owner, unit, rounds)}")
+        ref = UnitRef("turn", owner, turn.turn_id, rounds, time.time(), unit)
+        self.units.append(ref)
+        return ref
+
+    # -- the chaos ------------------------------------------------------------------------------------------------
+
+    def chaos(self, until: float) -> None:
+        kinds = ["sigkill", "sigterm", "redis", "child"]
+        plan = self.rng.sample(kinds, len(kinds))  # every kind at least once, early
+        while time.monotonic() < until:
+            wait = self.rng.uniform(*self.cfg.event_every)
+            if time.monotonic() + wait >= until:
+                break
+            time.sleep(wait)
+            kind = plan.pop(0) if plan else self.rng.choices(kinds, weights=[3, 3, 2, 2])[0]
+            getattr(self, f"_{kind}")()
+
+    def _pick(self) -> Any:
+        live = [w for w in self.workers if w.alive]
+        return self.rng.choice(live)
+
+    def _sigkill(self) -> None:
+        worker = self._pick()
+        now = time.time()
+        for pid in [worker.proc.pid, *_children(worker.proc.pid)]:
+            self.deaths[pid] = now
+        print(f"  [{_clock()}] SIGKILL {worker.name}", flush=True)
+        worker.kill9()
+        self.figures.kills["sigkill"] += 1
+        self.workers.remove(worker)
+        self.retired.append(worker)
+        self.add_worker()
+
+    def _sigterm(self) -> None:
+        worker = self._pick()
+        print(f"  [{_clock()}] SIGTERM {worker.name}", flush=True)
+        worker.terminate()
+        exiting = threading.Thread(target=self._await_exit, args=(worker, time.monotonic()), daemon=True)
+        exiting.start()
+        self.exiting.append(exiting)
+        self.figures.kills["sigterm"] += 1
+        self.workers.remove(worker)
+        self.retired.append(worker)
+        self.add_worker()
+
+    def _child(self) -> None:
+        worker = self._pick()
+        children = _children(worker.proc.pid)
+        if not children:
+            return
+        pid = self.rng.choice(children)
+        print(f"  [{_clock()}] SIGKILL pool child {pid} of {worker.name}", flush=True)
+        self.deaths[pid] = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        self.figures.kills["child"] += 1
+
+    def _redis(self) -> None:
+        outage = self.rng.uniform(*self.cfg.outage)
+        with self.lock:
+            print(f"  [{_clock()}] kill -9 Redis; restart in {outage:.1f}s", flush=True)
+            self.store.kill9()
+            time.sleep(outage)
+            self.store.start()
+            self._apply_fsync()
+        self.figures.redis_restarts += 1
+        self.figures.outage_seconds += outage
+
+    def _await_exit(self, worker: Any, started: float) -> None:
+        """A worker sent SIGTERM must exit on its own within 30 s (a deploy's grace period)."""
+        try:
+            worker.proc.wait(30)
+        except Exception:
+            self.violations.append(f"{worker.name} did not exit within 30 s of SIGTERM")
+            worker.kill9()
+        else:
+            self.figures.sigterm_exit_seconds.append(time.monotonic() - started)
+
+    # -- the sampler ----------------------------------------------------------------------------------------------
+
+    def sampler(self) -> None:
+        """Every ~0.2 s: two live processes inside a write tool of one unit is two live executions."""
+        holders: dict[str, bytes] = {}
+        while not self.stop_sampler.wait(0.2):
+            self.figures.samples += 1
+            try:
+                for key in self.counter_client.scan_iter(f"{INFLIGHT}*", count=500):
+                    owner = key.decode().removeprefix(INFLIGHT)
+                    pids = {int(f.decode().split("|", 1)[0]) for f in self.counter_client.hkeys(key)}
+                    live = tuple(sorted(p for p in pids if _alive(p)))
+                    if len(live) > 1 and (owner, live) not in self.sampled_overlaps:
+                        self.sampled_overlaps.add((owner, live))
+                        self.violations.append(f"sampler: processes {live} inside record_note of {owner} at once")
+            except redis.RedisError:
+                pass
+            try:
+                leases = list(self.store_client.scan_iter("baton:*:lease", count=1000))
+                values = self.store_client.mget(leases) if leases else []
+                for key, value in zip(leases, values, strict=True):
+                    if value is not None and holders.get(key) not in (None, value):
+                        self.figures.lease_changes += 1
+                    if value is not None:
+                        holders[key] = value
+            except redis.RedisError:
+                pass
+
+    # -- the end --------------------------------------------------------------------------------------------------
+
+    def quiesce(self) -> list[UnitRef]:
+        """Wait (bounded) until every unit is terminal; returns the ones that are not."""
+        while len([w for w in self.workers if w.alive]) < 2:
+            self.add_worker()
+        deadline = time.monotonic() + self.cfg.quiesce_timeout
+        pending = list(self.units)
+        while pending and time.monotonic() < deadline:
+            pending = [ref for ref in pending if not self._terminal(ref)]
+            if pending:
+                time.sleep(0.5)
+        settle = time.monotonic() + 10  # let tools still inside their window (abandoned by a drain) finish
+        while self.counter_client.keys(f"{INFLIGHT}*") and time.monotonic() < settle:
+            live = [k for k in self.counter_client.keys(f"{INFLIGHT}*") if any(
+                _alive(int(f.decode().split("|", 1)[0])) for f in self.counter_client.hkeys(k))]
+            if not live:
+                break
+            time.sleep(0.2)
+        return pending
+
+    def check(self, pending: list[UnitRef]) -> dict[str, Any]:
+        from agent.failures import FailureClass
+        from agent.history import problems, repair
+        from agent.messages import INTERRUPTED_RESULT
+        from tasks.execution import load_record, load_transcript
+
+        v = self.violations
+        for ref in pending:
+            v.append(f"lost: {ref.kind} {ref.owner} {ref.unit} not terminal: {self._diagnose(ref)}")
+        statuses: Counter[str] = Counter()
+        classes: Counter[str] = Counter()
+        interruptions = auto_resumes = resumed = 0
+        records: dict[tuple[str, str], Any] = {}
+        for ref in self.units:
+            rec = load_record(self.store_client, ref.owner, ref.unit)
+            if rec is None:
+                v.append(f"lost: no record for {ref.kind} {ref.owner} {ref.unit}")
+                continue
+            records[(ref.owner, ref.unit)] = rec
+            statuses[f"{ref.kind}:{rec.status}"] += 1
+            interruptions += rec.interruptions
+            auto_resumes += rec.auto_resumes
+            resumed += rec.resumed
+            if rec.status == "failed":
+                cls = rec.failure.failure_class if rec.failure else None
+                classes[f"{ref.kind}:{cls}"] += 1
+                if cls not in set(FailureClass):
+                    v.append(f"{ref.kind} {ref.unit} failed without a stated class: {rec.failure}")
+
+        # Effects: one per note, from the counter log (the tool's own side of the story).
+        log = [x.decode() for x in self.counter_client.lrange(counting_tools.CALLS_KEY, 0, -1)]
+        per_note = Counter(x.removeprefix("record_note:") for x in log if x.startswith("record_note:"))
+        for note, n in per_note.items():
+            if n > 1:
+                v.append(f"effect executed {n} times: {note} ({self._note_story(note)})")
+
+        # Histories: valid, each round of a finished unit present once, a 0-count call only with the placeholder.
+        owners = sorted({ref.owner for ref in self.units})
+        placeholders = history_problems = 0
+        by_owner: dict[str, list[UnitRef]] = defaultdict(list)
+        for ref in self.units:
+            by_owner[ref.owner].append(ref)
+        for owner in owners:
+            transcript = load_transcript(self.store_client, owner)
+            found = problems(transcript)
+            if found:
+                failed_turns = {r.unit for r in by_owner[owner] if getattr(records.get((owner, r.unit)), "status",
+                                                                            None) == "failed"}
+                after_failure = all("same role" in p for p in found) and failed_turns and not problems(
+                    repair(transcript))
+                if after_failure:
+                    history_problems += 1  # a failed turn's prompt followed by the next prompt; repair merges them
+                else:
+                    v.append(f"history of {owner} is invalid for the model API: {found[:3]}")
+            uses = {}
+            results = {}
+            for message in transcript:
+                for block in message.tool_uses:
+                    if block.name == "record_note":
+                        note = str(block.input.get("note"))
+                        if note in uses.values():
+                            v.append(f"{owner}: the call for {note} appears twice in the history")
+                        uses[block.id] = note
+                for block in message.tool_results:
+                    results[block.tool_use_id] = block
+            for use_id, note in uses.items():
+                result = results.get(use_id)
+                is_placeholder = result is not None and result.content == INTERRUPTED_RESULT
+                placeholders += is_placeholder
+                if per_note.get(note, 0) == 0 and not is_placeholder:
+                    v.append(f"{owner}: {note} has result {result!r} but its effect never ran")
+            for ref in by_owner[owner]:
+                rec = records.get((owner, ref.unit))
+                if rec is None or rec.status != "completed":
+                    continue
+                tag = ref.tag
+                want = {f"n|{owner}|{tag}|r{k}" for k in range(ref.rounds)}
+                missing = want - set(uses.values())
+                if missing:
+                    v.append(f"{owner}: completed {ref.unit} lacks rounds {sorted(missing)} in its history")
+                finals = [m for m in transcript if m.role == "assistant" and m.text == f"done {tag}"]
+                if len(finals) != 1:
+                    v.append(f"{owner}: completed {ref.unit} has {len(finals)} final answers in its history")
+
+        # Single flight: tool intervals of one unit (owner) never overlap across processes.
+        overlaps = self._interval_overlaps()
+        v.extend(overlaps)
+        unleased = self._unleased()
+        if self.fake.rejections:
+            v.extend(f"fake API rejected a request (invalid history sent): {r[:200]}" for r in self.fake.rejections)
+        if self.model.unrouted:
+            v.append(f"{self.model.unrouted} requests carried no chaos marker")
+        leftovers = self._leftovers()
+        return {
+            "statuses": statuses,
+            "failure_classes": classes,
+            "interruptions": interruptions,
+            "auto_resumes": auto_resumes,
+            "resumed": resumed,
+            "effects": sum(per_note.values()),
+            "notes": len(per_note),
+            "placeholders": placeholders,
+            "failed_turn_prompts_merged": history_problems,
+            "unleased_tool_starts": unleased,
+            "leftovers": leftovers,
+        }
+
+    def _note_story(self, note: str) -> str:
+        lines = [json.loads(x) for x in self.counter_client.lrange(PROBE_LOG, 0, -1)]
+        mine = [f"{d['ev']} pid={d['pid']} t={d['t']:.2f}" for d in lines if d["note"] == note]
+        return "; ".join(mine)
+
+    def _interval_overlaps(self) -> list[str]:
+        lines = [json.loads(x) for x in self.counter_client.lrange(PROBE_LOG, 0, -1)]
+        ends = {(d["pid"], d["note"]): d["t"] for d in lines if d["ev"] == "end"}
+        spans: dict[str, list[tuple[float, float, int, str]]] = defaultdict(list)
+        for d in lines:
+            if d["ev"] != "start":
+                continue
+            end = ends.get((d["pid"], d["note"])) or self.deaths.get(d["pid"]) or self.deaths.get(d["ppid"])
+            if end is None:
+                end = d["t"] + self.cfg.hold
+            spans[d["owner"]].append((d["t"], end, d["pid"], d["note"]))
+        found = []
+        for owner, items in spans.items():
+            items.sort()
+            for k, (s1, e1, p1, n1) in enumerate(items):
+                for s2, e2, p2, n2 in items[k + 1 :]:
+                    if s2 >= e1:
+                        break
+                    if p1 == p2:
+                        continue
+                    found.append(f"two live executions of {owner}: pid {p1} in {n1} [{s1:.2f}-{e1:.2f}] and pid"
+                                 f" {p2} in {n2} [{s2:.2f}-{e2:.2f}]")
+        return found
+
+    def _unleased(self) -> int:
+        """Tool starts where the store answered and the lease was held by another process (a stale execution)."""
+        lines = [json.loads(x) for x in self.counter_client.lrange(PROBE_LOG, 0, -1)]
+        bad = [d for d in lines if d["ev"] == "start" and d["holder"] not in (-1, d["pid"])]
+        for d in bad:
+            holder = d["holder"]
+            if holder is not None:
+                self.violations.append(f"{d['note']} started in pid {d['pid']} while pid {holder} held the lease")
+        return len(bad)
+
+    def _leftovers(self) -> dict[str, int]:
+        """Keys that must be gone once everything settled: leases, journals, stop flags, active entries."""
+        out: Counter[str] = Counter()
+        for key in self.store_client.scan_iter("baton:*", count=1000):
+            name = key.decode()
+            for part in ("lease", "journal", "stop", "queue"):
+                if f"}}:{part}" in name:
+                    out[part] += 1
+        out["active"] = int(self.store_client.zcard(keys.ACTIVE))
+        return dict(out)
+
+    def _diagnose(self, ref: UnitRef) -> str:
+        from tasks.execution import load_record
+
+        with contextlib.suppress(Exception):
+            rec = load_record(self.store_client, ref.owner, ref.unit)
+            lease = self.store_client.get(keys.lease(ref.owner))
+            active = self.store_client.zscore(keys.ACTIVE, ref.owner)
+            queued = [x.decode() for x in self.store_client.lrange(keys.queue(ref.owner), 0, -1)]
+            task_id = rec.task_id if rec else ""
+            where = _broker_places(self.store_client, self.queue, task_id)
+            fields = rec.model_dump(include={"status", "waiting_reason", "generation", "interruptions",
+                                             "history_len", "task_id", "steps", "auto_resumes"}) if rec else None
+            return f"record={fields} lease={lease!r} active={active} chat_queue={queued} message={where}"
+        return "(could not read diagnostics)"
+
+
+def _broker_places(client: redis.Redis, queue: str, task_id: str) -> list[str]:
+    """Where the unit's Celery message is: in the queue, unacked (held by a consumer), or nowhere."""
+    places = []
+    for raw in client.lrange(queue, 0, -1):
+        if task_id.encode() in raw:
+            places.append("queued")
+    for tag, raw in client.hgetall("unacked").items():
+        if task_id.encode() in raw:
+            since = client.zscore("unacked_index", tag)
+            places.append(f"unacked since {time.time() - since:.0f}s" if since else "unacked")
+    return places or ["nowhere"]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rpartition(")")[2].split()[1]) == pid:
+                    out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+_T0 = time.monotonic()
+
+
+def _clock() -> str:
+    return f"{time.monotonic() - _T0:6.1f}s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the chaos lasts")
+    parser.add_argument("--runs", type=int, default=6, help="coding runs kept in flight")
+    parser.add_argument("--chats", type=int, default=6, help="chats kept busy")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--short", action="store_true", help="~60-90 s: 45 s of chaos, 2 workers, 3 runs, 3 chats")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--fault-rate", type=float, default=0.15)
+    parser.add_argument("--appendfsync", choices=["everysec", "always"], default="everysec")
+    parser.add_argument("--event-every", default="4,12", help="seconds between chaos events: LO,HI (seeded uniform)")
+    parser.add_argument("--keep", action="store_true", help="keep logs and data even on success")
+    args = parser.parse_args(argv)
+    lo, hi = (float(x) for x in args.event_every.split(","))
+    cfg = Config(args.minutes, args.runs, args.chats, args.seed, workers=args.workers, fault_rate=args.fault_rate,
+                 event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep)
+    if args.short:
+        cfg = Config(0.75, 3, 3, args.seed, workers=2, fault_rate=args.fault_rate, event_every=(5.0, 8.0),
+                     quiesce_timeout=60.0, appendfsync=args.appendfsync, keep=args.keep)
+    return run(cfg)
+
+
+def run(cfg: Config) -> int:
+    chaos = Chaos(cfg)
+    failed = True
+    started = time.monotonic()
+    print(f"chaos: {cfg.minutes:g} min, {cfg.runs} runs + {cfg.chats} chats in flight, {cfg.workers} workers, "
+          f"fault rate {cfg.fault_rate:g}, seed {cfg.seed}, appendfsync {cfg.appendfsync}; data in {chaos.tmp}",
+          flush=True)
+    try:
+        chaos.start()
+        threads = [threading.Thread(target=chaos.driver, name="driver", daemon=True),
+                   threading.Thread(target=chaos.sampler, name="sampler", daemon=True)]
+        for t in threads:
+            t.start()
+        chaos.chaos(until=time.monotonic() + cfg.minutes * 60)
+        chaos.stop_work.set()
+        threads[0].join(timeout=30)
+        print(f"  [{_clock()}] chaos over; waiting for quiescence (≤ {cfg.quiesce_timeout:g}s)", flush=True)
+        pending = chaos.quiesce()
+        for t in chaos.exiting:
+            t.join(timeout=35)
+        chaos.stop_sampler.set()
+        threads[1].join(timeout=5)
+        summary = chaos.check(pending)
+        failed = bool(chaos.violations)
+        _report(chaos, summary, time.monotonic() - started)
+        return 1 if failed else 0
+    finally:
+        chaos.shutdown(failed)
+
+
+def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
+    f, m = chaos.figures, chaos.model
+    runs = sum(1 for u in chaos.units if u.kind == "run")
+    turns = len(chaos.units) - runs
+    exits = f.sigterm_exit_seconds
+    print("figures:", flush=True)
+    print(f"  elapsed {elapsed:.0f}s; runs {runs}, turns {turns} in "
+          f"{len({u.owner for u in chaos.units if u.kind == 'turn'})} chats", flush=True)
+    print(f"  outcomes {dict(sorted(s['statuses'].items()))}; failure classes {dict(s['failure_classes'])}")
+    print(f"  requests {m.requests + len(chaos.fake.rejections)} (rejected {len(chaos.fake.rejections)}); "
+          f"faults injected {sum(m.faults.values())} {dict(m.faults)}")
+    print(f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down); "
+          f"SIGTERM exits in {max(exits):.1f}s max" if exits else
+          f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down)")
+    print(f"  interruptions {s['interruptions']}, auto-resumes {s['auto_resumes']}, resumed units {s['resumed']}, "
+          f"lease holder changes seen {f.lease_changes}, samples {f.samples}")
+    print(f"  write effects {s['effects']} for {s['notes']} notes; placeholders in histories {s['placeholders']}; "
+          f"failed-turn prompts merged by repair {s['failed_turn_prompts_merged']}; "
+          f"tool starts without the lease {s['unleased_tool_starts']}")
+    print(f"  left in Redis after quiescence: {s['leftovers']}")
+    print(f"  violations {len(chaos.violations)}", flush=True)
+    for line in chaos.violations[:50]:
+        print(f"    - {line}", flush=True)
+    if len(chaos.violations) > 50:
+        print(f"    ... and {len(chaos.violations) - 50} more", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
