@@ -17,8 +17,8 @@ from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks import keys
-from tasks.execution import chat_head, load_record, load_transcript
 from tasks.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
+from tasks.store import chat_head, load_record, load_transcript
 
 
 class ValidationError(ValueError):

@@ -9,89 +9,37 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Literal
 
 import redis
 
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, LeaseLost
-from agent.events import encode_event
-from agent.failures import FailureClass, classify
-from agent.history import backfill_dangling_calls
+from agent.failures import classify
 from agent.loop import LoopConfig, LoopFailure, run_loop
 from agent.messages import (
-    DEPLOY_NOTICE,
     RESUMED_NOTICE,
-    STOPPED_NOTICE,
-    Message,
     dump_message,
-    load_message,
     notice,
     user_text,
 )
-from agent.policy import Driver, after_failure, after_interruption, compute_backoff
+from agent.policy import Driver
 from agent.provider.replay import RequestFailed
-from agent.rounds import build_round, load_round, seed_state, usable_round
-from agent.state import LoopState, Usage, tool_summary
+from agent.rounds import load_round, seed_state, usable_round
+from agent.state import LoopState, Usage
 from config.settings import Settings
 from tasks import keys, logs, wiring
 from tasks.fenced import Batch, Fence
 from tasks.journal import RedisJournal
 from tasks.lease import Lease, holder_unit, new_token
-from tasks.records import Failure, UnitRecord, UsageOut
+from tasks.records import Failure, UnitRecord
+from tasks.settling import Outcome, Settling, Unit
+from tasks.store import chat_head, load_record, load_transcript
 from tasks.watcher import Watcher
 
 log = logging.getLogger("baton.execution")
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What the Celery task should do with its message."""
-
-    action: Literal["done", "defer", "drop", "requeue", "auto_resume"]
-    reason: str = ""
-    countdown: float = 0.0
-
-
-@dataclass(frozen=True)
-class Unit:
-    driver: Driver
-    owner_id: str
-    unit_id: str
-
-    @property
-    def record_key(self) -> str:
-        return keys.record(self.owner_id, self.unit_id)
-
-    @property
-    def event_prefix(self) -> str:
-        return "turn" if self.driver is Driver.CHAT_TURN else "run"
-
-
-def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord | None:
-    return UnitRecord.from_hash(client.hgetall(keys.record(owner_id, unit_id)))
-
-
-def load_transcript(client: redis.Redis, owner_id: str, end: int = -1) -> list[Message]:
-    raw = client.lrange(keys.transcript(owner_id), 0, end)
-    return [m for m in (load_message(r) for r in raw) if m is not None]
-
-
-def chat_head(client: redis.Redis, owner_id: str) -> str | None:
-    """The chat's oldest unfinished turn; finished or unknown heads are cleared on the way."""
-    while True:
-        head = client.lindex(keys.queue(owner_id), 0)
-        if head is None:
-            return None
-        turn_id = head.decode()
-        rec = load_record(client, owner_id, turn_id)
-        if rec is not None and not rec.terminal:
-            return turn_id
-        client.lrem(keys.queue(owner_id), 1, turn_id)
-
-
-class Execution:
+class Execution(Settling):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
@@ -263,189 +211,6 @@ class Execution:
         journal.steps["seed"] = {"status": "seed"}
         rec.resumed = True
         return state
-
-    # -- settling --------------------------------------------------------------------------------
-
-    def _event(self, batch: Batch, kind: str, data: dict[str, object]) -> None:
-        batch.xadd(keys.events(self.unit.owner_id), encode_event(kind, self.unit.owner_id, {**self._ids(), **data}))
-
-    def _ids(self) -> dict[str, object]:
-        return {"turn_id": self.unit.unit_id} if self.unit.driver is Driver.CHAT_TURN else {}
-
-    def _finish(self, batch: Batch, rec: UnitRecord) -> None:
-        """What every terminal settle shares: drop the journal, the stop flag, the queue entry, the lease."""
-        owner = self.unit.owner_id
-        batch.add("DEL", keys.journal(owner, self.unit.unit_id, rec.generation))
-        if self.client.get(keys.stop(owner)) in (self.unit.unit_id.encode(), b"*"):
-            batch.add("DEL", keys.stop(owner))
-        if self.unit.driver is Driver.CHAT_TURN:
-            batch.add("LREM", keys.queue(owner), "1", self.unit.unit_id)
-        batch.add("DEL", keys.lease(owner))
-
-    def _settle(
-        self,
-        rec: UnitRecord,
-        state: LoopState,
-        status: str,
-        failure: Failure | None,
-        extra: list[Message] | None = None,
-        round_raw: bytes | None = None,
-    ) -> Outcome:
-        unit = self.unit
-        batch = Batch()
-        messages = [*state.messages[rec.committed :], *(extra or [])]
-        if status == "failed":
-            messages = list(extra or [])  # a failed turn keeps no half-finished rounds in its transcript
-        if messages:
-            batch.add("RPUSH", keys.transcript(unit.owner_id), *[dump_message(m) for m in messages])
-        if round_raw is not None:
-            batch.add(
-                "SET",
-                keys.round_slot(unit.owner_id),
-                round_raw.decode(),
-                "PX",
-                str(int(self.settings.round_ttl * 1000)),
-            )
-        usage = UsageOut(**state.usage.model_dump())
-        batch.hset(
-            unit.record_key,
-            {
-                "status": status,
-                "reply": state.reply if status == "completed" else None,
-                "failure": failure.public() if failure else None,
-                "usage": usage.model_dump(),
-                "resumed": rec.resumed,
-                "waiting_reason": None,
-                "updated_at": time.time(),
-            },
-        )
-        data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
-        if failure is not None:
-            data.update(
-                {
-                    "class": failure.failure_class,
-                    "retryable": failure.retryable,
-                    "message": failure.message,
-                    "resumable_round": round_raw is not None,
-                }
-            )
-        self._event(batch, f"{unit.event_prefix}.{status}", data)
-        self._finish(batch, rec)
-        self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
-        return Outcome("done", status)
-
-    def _settle_stopped(self, rec: UnitRecord, state: LoopState) -> Outcome:
-        state.messages = backfill_dangling_calls(state.messages)
-        return self._settle(rec, state, "stopped", None, extra=[notice("stopped", STOPPED_NOTICE, self.unit.unit_id)])
-
-    def _failed(self, rec: UnitRecord, state: LoopState, err: RequestFailed | LoopFailure) -> Outcome:
-        unit, settings = self.unit, self.settings
-        failure_class = FailureClass(err.failure_class)
-        round_raw = None
-        if isinstance(err, RequestFailed):
-            round_raw = build_round(
-                state,
-                owner_id=unit.owner_id,
-                turn_id=unit.unit_id,
-                now=time.time(),
-                ttl=settings.round_ttl,
-                max_bytes=settings.round_max_bytes,
-            )
-        decision = after_failure(
-            unit.driver, failure_class, auto_resumes_used=rec.auto_resumes, has_checkpoint=round_raw is not None
-        )
-        if decision.action == "auto_resume" and round_raw is not None:
-            batch = Batch()
-            batch.add("SET", keys.round_slot(unit.owner_id), round_raw.decode(), "PX", str(settings.round_ttl * 1000))
-            batch.hset(
-                unit.record_key,
-                {
-                    "status": "queued",
-                    "generation": rec.generation + 1,
-                    "auto_resumes": rec.auto_resumes + 1,
-                    "resume_pending": True,
-                    "history_len": -1,
-                    "usage": state.usage.model_dump(),
-                    "updated_at": time.time(),
-                },
-            )
-            batch.add("DEL", keys.journal(unit.owner_id, unit.unit_id, rec.generation))
-            reason = f"{failure_class}: resuming from the stored round"
-            self._event(
-                batch,
-                f"{unit.event_prefix}.retry" if unit.driver is Driver.CHAT_TURN else "run.step",
-                {
-                    "message_id": f"{unit.unit_id}:m{state.rounds_used}",
-                    "discarded": True,
-                    "class": str(failure_class),
-                    "reason": reason,
-                    "auto_resume": True,
-                },
-            )
-            batch.add("DEL", keys.lease(unit.owner_id))
-            self.fence.commit(batch)
-            self.client.zrem(keys.ACTIVE, unit.owner_id)
-            delay = compute_backoff(1, wiring.backoff(settings))
-            return Outcome("auto_resume", reason, delay)
-        failure = Failure.model_validate(
-            {"class": str(failure_class), "retryable": decision.retryable, "message": str(err)}
-        )
-        notes = []
-        summary = tool_summary(state)
-        if summary:
-            notes.append(notice("tool_summary", summary, unit.unit_id))
-        notes.append(notice("error", f"Failed ({failure_class}): {err}", unit.unit_id))
-        return self._settle(rec, state, "failed", failure, extra=notes, round_raw=round_raw)
-
-    def _interrupted(self, rec: UnitRecord, state: LoopState, cause: str) -> Outcome:
-        """A drain: count it durably, tell the owner, and requeue, or fail past the limit."""
-        unit, settings = self.unit, self.settings
-        count = rec.interruptions + 1
-        verdict = after_interruption(count, settings.max_interruptions, has_record=True)
-        if not verdict.resume:
-            failure = Failure.model_validate(
-                {
-                    "class": str(FailureClass.INFRA_TRANSIENT),
-                    "retryable": True,
-                    "message": f"interrupted {count} times by platform deploys ({cause}); the limit is "
-                    f"{settings.max_interruptions}",
-                }
-            )
-            self.client.hset(unit.record_key, "interruptions", str(count))
-            rec.interruptions = count
-            note = notice("error", f"Failed (infra_transient): {failure.message}", unit.unit_id)
-            return self._settle(rec, state, "failed", failure, extra=[note])
-        batch = Batch()
-        batch.add("HINCRBY", unit.record_key, "interruptions", "1")
-        batch.hset(
-            unit.record_key, {"status": "waiting", "waiting_reason": "platform_interrupt", "updated_at": time.time()}
-        )
-        text = DEPLOY_NOTICE.format(attempt=verdict.attempt, max_attempts=verdict.max_attempts)
-        batch.add("RPUSH", keys.transcript(unit.owner_id), dump_message(notice("interrupted", text, unit.unit_id)))
-        if unit.driver is Driver.CODING_RUN:
-            self._event(
-                batch,
-                "run.interrupted",
-                {"cause": cause, "attempt": verdict.attempt, "max_attempts": verdict.max_attempts, "message": text},
-            )
-        else:
-            self._event(
-                batch,
-                "turn.retry",
-                {
-                    "message_id": f"{unit.unit_id}:m{state.rounds_used}",
-                    "discarded": True,
-                    "reason": "platform interrupt",
-                    "cause": cause,
-                    "attempt": verdict.attempt,
-                    "max_attempts": verdict.max_attempts,
-                },
-            )
-        batch.add("DEL", keys.lease(unit.owner_id))
-        self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
-        return Outcome("requeue", f"platform interrupt: {text}")
 
 
 RUN_SYSTEM = (

@@ -12,8 +12,8 @@ from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from agent.policy import after_interruption
 from config.settings import Settings
 from tasks import keys
-from tasks.execution import chat_head, load_record
 from tasks.records import Failure
+from tasks.store import chat_head, load_record
 
 
 def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None) -> list[str]:

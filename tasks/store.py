@@ -1,0 +1,31 @@
+"""Reading Baton's state from Redis: unit records, transcripts, a chat's queue head."""
+
+from __future__ import annotations
+
+import redis
+
+from agent.messages import Message, load_message
+from tasks import keys
+from tasks.records import UnitRecord
+
+
+def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord | None:
+    return UnitRecord.from_hash(client.hgetall(keys.record(owner_id, unit_id)))
+
+
+def load_transcript(client: redis.Redis, owner_id: str, end: int = -1) -> list[Message]:
+    raw = client.lrange(keys.transcript(owner_id), 0, end)
+    return [m for m in (load_message(r) for r in raw) if m is not None]
+
+
+def chat_head(client: redis.Redis, owner_id: str) -> str | None:
+    """The chat's oldest unfinished turn; finished or unknown heads are cleared on the way."""
+    while True:
+        head = client.lindex(keys.queue(owner_id), 0)
+        if head is None:
+            return None
+        turn_id = head.decode()
+        rec = load_record(client, owner_id, turn_id)
+        if rec is not None and not rec.terminal:
+            return turn_id
+        client.lrem(keys.queue(owner_id), 1, turn_id)
