@@ -56,6 +56,9 @@ class Execution(Settling):
             ids["turn_id"] = unit.unit_id
         logs.context.set(ids)
         rec = load_record(client, unit.owner_id, unit.unit_id)
+        if rec is not None:
+            # The attempt a log line belongs to: retries and resumes start a new generation.
+            logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
         if rec is None:
             log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
             return Outcome("drop", "unknown unit")

@@ -45,7 +45,7 @@ class ContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    FIELDS = ("chat_id", "run_id", "turn_id", "attempt", "failure_class", "task_id")
+    FIELDS = ("chat_id", "run_id", "turn_id", "attempt", "interruptions", "failure_class", "task_id")
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {"at": record.created, "level": record.levelname, "logger": record.name,

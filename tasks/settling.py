@@ -6,6 +6,7 @@ under the lease, so a stale holder can never settle a unit another worker now ow
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -22,6 +23,8 @@ from agent.state import LoopState, tool_summary
 from tasks import keys, wiring
 from tasks.fenced import Batch
 from tasks.records import Failure, UnitRecord, UsageOut
+
+log = logging.getLogger("baton.execution")
 
 if TYPE_CHECKING:
     import redis
@@ -87,6 +90,14 @@ class Settling:
         extra: list[Message] | None = None,
         round_raw: bytes | None = None,
     ) -> Outcome:
+        log.info(
+            "%s %s %s%s",
+            self.unit.event_prefix,
+            self.unit.unit_id,
+            status,
+            f" ({failure.failure_class}: {failure.message})" if failure else "",
+            extra={"failure_class": failure.failure_class} if failure else {},
+        )
         unit = self.unit
         batch = Batch()
         messages = [*state.messages[rec.committed :], *(extra or [])]

@@ -69,3 +69,7 @@ def test_the_api_key_appears_nowhere_we_write(stack, tmp_path):
 
     structured = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     assert any(entry.get("chat_id") == "s1" and entry.get("turn_id") for entry in structured)
+    assert any(
+        entry.get("failure_class") == "provider_auth" and entry.get("attempt") == 1 and entry.get("chat_id") == "s1"
+        for entry in structured
+    )
