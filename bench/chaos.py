@@ -182,6 +182,7 @@ class Config:
     quiesce_timeout: float = 180.0
     appendfsync: str = "everysec"
     turns_per_chat: int = 4
+    backoff_scale: float = 0.0
     hold: float = 0.3
     keep: bool = False
 
@@ -197,6 +198,14 @@ class UnitRef:
 
 
 @dataclass
+class ChatSlot:
+    chat_id: str
+    sent: int = 0
+    pending: list[UnitRef] = field(default_factory=list)
+    follow_up_at: float | None = None  # monotonic time to send one more turn while the chat is busy
+
+
+@dataclass
 class Figures:
     kills: Counter[str] = field(default_factory=Counter)
     redis_restarts: int = 0
@@ -205,6 +214,7 @@ class Figures:
     lease_changes: int = 0
     send_errors: int = 0
     sigterm_exit_seconds: list[float] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)  # workers that exited without being killed, and why
 
 
 class Chaos:
@@ -263,7 +273,7 @@ class Chaos:
             "BATON_MODEL": "claude-chaos",
             "BATON_TOOLS": "bench.chaos:TOOLS",
             "BATON_TEST_COUNTER_URL": self.counter.url,
-            "BATON_BACKOFF_SCALE": "0",
+            "BATON_BACKOFF_SCALE": str(self.cfg.backoff_scale),
             "BATON_LEASE_TTL": "3",
             "BATON_MAX_INTERRUPTIONS": "50",
             "BATON_STREAM_IDLE_TIMEOUT": "2",
@@ -310,9 +320,13 @@ class Chaos:
     # -- the work -------------------------------------------------------------------------------------------------
 
     def driver(self) -> None:
-        """Keep `runs` coding runs and `chats` chats busy until told to stop; sometimes two turns back to back."""
+        """Keep `runs` coding runs and `chats` chats busy until told to stop.
+
+        A chat gets its next turn once the previous ones ended; sometimes two at once, and sometimes a follow-up
+        a random moment later while its turn is still running (a user typing on), so turns queue behind each other.
+        """
         runs: dict[int, UnitRef | None] = dict.fromkeys(range(self.cfg.runs))
-        chats: dict[int, list[Any]] = {i: [f"cc{i}-{uuid.uuid4().hex[:6]}", 0, []] for i in range(self.cfg.chats)}
+        chats = [ChatSlot(f"cc{i}-{uuid.uuid4().hex[:6]}") for i in range(self.cfg.chats)]
         workspace = self.tmp / "workspace"
         workspace.mkdir(exist_ok=True)
         while not self.stop_work.is_set():
@@ -320,23 +334,28 @@ class Chaos:
                 for slot, ref in runs.items():
                     if ref is None or self._terminal(ref):
                         runs[slot] = self._start_run(workspace)
-                for slot, chat in chats.items():
-                    chat_id, sent, pending = chat
-                    if pending and not all(self._terminal(ref) for ref in pending):
+                for slot, chat in enumerate(chats):
+                    room = chat.sent < self.cfg.turns_per_chat
+                    if chat.pending and not all(self._terminal(ref) for ref in chat.pending):
+                        if chat.follow_up_at is not None and time.monotonic() >= chat.follow_up_at and room:
+                            chat.pending.append(self._send_turn(chat.chat_id))
+                            chat.sent += 1
+                            chat.follow_up_at = None
                         continue
-                    if sent >= self.cfg.turns_per_chat:
-                        chat[:] = [f"cc{slot}-{uuid.uuid4().hex[:6]}", 0, []]
-                        chat_id, sent = chat[0], 0
-                    burst = 2 if self.rng.random() < 0.3 and sent + 2 <= self.cfg.turns_per_chat else 1
-                    chat[2] = [self._send_turn(chat_id) for _ in range(burst)]
-                    chat[1] = sent + burst
+                    if not room:
+                        chat = chats[slot] = ChatSlot(f"cc{slot}-{uuid.uuid4().hex[:6]}")
+                    burst = 2 if self.rng.random() < 0.25 and chat.sent + 2 <= self.cfg.turns_per_chat else 1
+                    chat.pending = [self._send_turn(chat.chat_id) for _ in range(burst)]
+                    chat.sent += burst
+                    roll = self.rng.random()
+                    chat.follow_up_at = time.monotonic() + self.rng.uniform(0.2, 4.0) if roll < 0.35 else None
             except (redis.RedisError, OSError) as err:
                 self.figures.send_errors += 1
                 print(f"  driver: {type(err).__name__}: {err}", flush=True)
             self.stop_work.wait(0.2)
 
     def _terminal(self, ref: UnitRef) -> bool:
-        from tasks.execution import load_record
+        from tasks.store import load_record
 
         try:
             rec = load_record(self.store_client, ref.owner, ref.unit)
@@ -373,13 +392,29 @@ class Chaos:
             wait = self.rng.uniform(*self.cfg.event_every)
             if time.monotonic() + wait >= until:
                 break
-            time.sleep(wait)
+            moment = time.monotonic() + wait
+            while time.monotonic() < moment:
+                self.supervise()
+                time.sleep(min(0.5, max(0.0, moment - time.monotonic())))
             kind = plan.pop(0) if plan else self.rng.choices(kinds, weights=[3, 3, 2, 2])[0]
             getattr(self, f"_{kind}")()
 
+    def supervise(self) -> None:
+        """Like compose's `restart: unless-stopped`: a worker that exited on its own is counted and replaced."""
+        for worker in [w for w in self.workers if not w.alive]:
+            self.deaths.setdefault(worker.proc.pid, time.time())
+            reason = next((line for line in reversed(worker.log().splitlines()) if "Unrecoverable error" in line),
+                          f"exit code {worker.proc.returncode}")
+            print(f"  [{_clock()}] {worker.name} exited on its own ({reason[:160]}); starting a replacement",
+                  flush=True)
+            self.figures.crashes.append(f"{worker.name}: {reason[:200]}")
+            self.workers.remove(worker)
+            self.retired.append(worker)
+            self.add_worker()
+
     def _pick(self) -> Any:
-        live = [w for w in self.workers if w.alive]
-        return self.rng.choice(live)
+        self.supervise()
+        return self.rng.choice([w for w in self.workers if w.alive])
 
     def _sigkill(self) -> None:
         worker = self._pick()
@@ -470,6 +505,7 @@ class Chaos:
 
     def quiesce(self) -> list[UnitRef]:
         """Wait (bounded) until every unit is terminal; returns the ones that are not."""
+        self.supervise()
         while len([w for w in self.workers if w.alive]) < 2:
             self.add_worker()
         deadline = time.monotonic() + self.cfg.quiesce_timeout
@@ -477,7 +513,12 @@ class Chaos:
         while pending and time.monotonic() < deadline:
             pending = [ref for ref in pending if not self._terminal(ref)]
             if pending:
+                self.supervise()
                 time.sleep(0.5)
+        settle = time.monotonic() + 30  # finished owners leave the pending set within ~15 s
+        while (self.store_client.zcard(keys.PENDING) or self.store_client.zcard(keys.ACTIVE)) and \
+                time.monotonic() < settle:
+            time.sleep(0.5)
         settle = time.monotonic() + 10  # let tools still inside their window (abandoned by a drain) finish
         while self.counter_client.keys(f"{INFLIGHT}*") and time.monotonic() < settle:
             live = [k for k in self.counter_client.keys(f"{INFLIGHT}*") if any(
@@ -491,7 +532,7 @@ class Chaos:
         from agent.failures import FailureClass
         from agent.history import problems, repair
         from agent.messages import INTERRUPTED_RESULT
-        from tasks.execution import load_record, load_transcript
+        from tasks.store import load_record, load_transcript
 
         v = self.violations
         for ref in pending:
@@ -571,6 +612,19 @@ class Chaos:
                 if len(finals) != 1:
                     v.append(f"{owner}: completed {ref.unit} has {len(finals)} final answers in its history")
 
+        # Order: a chat's turns end in the order they were sent.
+        for owner in owners:
+            if not owner.startswith("chat:"):
+                continue
+            sent = [x.decode() for x in self.store_client.lrange(keys.turns(owner), 0, -1)]
+            ended = []
+            for _id, fields in self.store_client.xrange(keys.events(owner)):
+                event = json.loads(fields[b"e"])
+                if event["type"] in ("turn.completed", "turn.failed", "turn.stopped"):
+                    ended.append(event["turn_id"])
+            if ended != sent:
+                v.append(f"{owner}: turns sent {sent} but ended in the order {ended}")
+
         # Single flight: tool intervals of one unit (owner) never overlap across processes.
         overlaps = self._interval_overlaps()
         v.extend(overlaps)
@@ -580,7 +634,10 @@ class Chaos:
         if self.model.unrouted:
             v.append(f"{self.model.unrouted} requests carried no chaos marker")
         leftovers = self._leftovers()
+        logs = "".join(w.log() for w in [*self.workers, *self.retired])
         return {
+            "swept": logs.count("its worker was lost; requeued"),
+            "republished": logs.count("the broker lost its message before it started"),
             "statuses": statuses,
             "failure_classes": classes,
             "interruptions": interruptions,
@@ -642,10 +699,11 @@ class Chaos:
                 if f"}}:{part}" in name:
                     out[part] += 1
         out["active"] = int(self.store_client.zcard(keys.ACTIVE))
+        out["pending"] = int(self.store_client.zcard(keys.PENDING))
         return dict(out)
 
     def _diagnose(self, ref: UnitRef) -> str:
-        from tasks.execution import load_record
+        from tasks.store import load_record
 
         with contextlib.suppress(Exception):
             rec = load_record(self.store_client, ref.owner, ref.unit)
@@ -654,6 +712,8 @@ class Chaos:
             queued = [x.decode() for x in self.store_client.lrange(keys.queue(ref.owner), 0, -1)]
             task_id = rec.task_id if rec else ""
             where = _broker_places(self.store_client, self.queue, task_id)
+            if where == ["nowhere"]:
+                where.append(_aof_story(self.store.dir, self.queue, task_id))
             fields = rec.model_dump(include={"status", "waiting_reason", "generation", "interruptions",
                                              "history_len", "task_id", "steps", "auto_resumes"}) if rec else None
             return f"record={fields} lease={lease!r} active={active} chat_queue={queued} message={where}"
@@ -671,6 +731,53 @@ def _broker_places(client: redis.Redis, queue: str, task_id: str) -> list[str]:
             since = client.zscore("unacked_index", tag)
             places.append(f"unacked since {time.time() - since:.0f}s" if since else "unacked")
     return places or ["nowhere"]
+
+
+def _aof_commands(directory: Path) -> list[list[bytes]]:
+    """Every command in the store's append-only file(s), in order (RESP arrays)."""
+    commands: list[list[bytes]] = []
+    for path in sorted(directory.rglob("*.aof*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            if data[i : i + 1] != b"*":
+                i = data.index(b"\n", i) + 1
+                continue
+            j = data.index(b"\r\n", i)
+            argc, i, args = int(data[i + 1 : j]), j + 2, []
+            for _ in range(argc):
+                j = data.index(b"\r\n", i)
+                size, i = int(data[i + 1 : j]), j + 2
+                args.append(data[i : i + size])
+                i += size + 2
+            commands.append(args)
+    return commands
+
+
+def _aof_story(directory: Path, queue: str, task_id: str) -> str:
+    """What the AOF says happened to a vanished message: replays the queue's pushes and pops to find its last pop."""
+    needle = task_id.encode()
+    with contextlib.suppress(Exception):
+        items: list[bytes] = []  # the Redis list, left to right (LPUSH adds left, BRPOP takes right)
+        popped_at = None
+        commands = _aof_commands(directory)
+        for index, cmd in enumerate(commands):
+            if len(cmd) < 2 or cmd[1] != queue.encode():
+                continue
+            op = cmd[0].upper()
+            if op == b"LPUSH":
+                items[:0] = list(reversed(cmd[2:]))
+            elif op == b"RPUSH":
+                items.extend(cmd[2:])
+            elif op == b"RPOP" and items and needle in items.pop():
+                popped_at = index
+        if popped_at is None:
+            return "AOF: never popped (the push itself was lost)"
+        tail = commands[popped_at + 1 : popped_at + 200]
+        if any(c[0].upper() == b"HSET" and c[1] == b"unacked" and needle in c[3] for c in tail if len(c) > 3):
+            return f"AOF: popped (command #{popped_at}) and recorded in unacked, then acked or removed"
+        return (f"AOF: popped by a consumer's BRPOP (command #{popped_at}) and never recorded in kombu's unacked "
+                "hash: lost in the BRPOP -> HSET unacked window (Redis or the consumer died in between)")
+    return "AOF: could not be read"
 
 
 def _children(pid: int) -> list[int]:
@@ -710,14 +817,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.15)
     parser.add_argument("--appendfsync", choices=["everysec", "always"], default="everysec")
     parser.add_argument("--event-every", default="4,12", help="seconds between chaos events: LO,HI (seeded uniform)")
+    parser.add_argument("--backoff-scale", type=float, default=0.0, help="BATON_BACKOFF_SCALE (1 = production)")
     parser.add_argument("--keep", action="store_true", help="keep logs and data even on success")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the workers and servers we started
     lo, hi = (float(x) for x in args.event_every.split(","))
     cfg = Config(args.minutes, args.runs, args.chats, args.seed, workers=args.workers, fault_rate=args.fault_rate,
-                 event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep)
+                 event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep, backoff_scale=args.backoff_scale)
     if args.short:
         cfg = Config(0.75, 3, 3, args.seed, workers=2, fault_rate=args.fault_rate, event_every=(5.0, 8.0),
-                     quiesce_timeout=60.0, appendfsync=args.appendfsync, keep=args.keep)
+                     quiesce_timeout=90.0, appendfsync=args.appendfsync, keep=args.keep,
+                     backoff_scale=args.backoff_scale)
     return run(cfg)
 
 
@@ -726,7 +836,8 @@ def run(cfg: Config) -> int:
     failed = True
     started = time.monotonic()
     print(f"chaos: {cfg.minutes:g} min, {cfg.runs} runs + {cfg.chats} chats in flight, {cfg.workers} workers, "
-          f"fault rate {cfg.fault_rate:g}, seed {cfg.seed}, appendfsync {cfg.appendfsync}; data in {chaos.tmp}",
+          f"fault rate {cfg.fault_rate:g}, backoff scale {cfg.backoff_scale:g}, seed {cfg.seed}, appendfsync "
+          f"{cfg.appendfsync}; data in {chaos.tmp}",
           flush=True)
     try:
         chaos.start()
@@ -765,11 +876,16 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
     print(f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down); "
           f"SIGTERM exits in {max(exits):.1f}s max" if exits else
           f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down)")
+    print(f"  workers that exited on their own (replaced, as compose's restart policy would): {len(f.crashes)}")
+    for line in f.crashes:
+        print(f"    - {line}")
     print(f"  interruptions {s['interruptions']}, auto-resumes {s['auto_resumes']}, resumed units {s['resumed']}, "
           f"lease holder changes seen {f.lease_changes}, samples {f.samples}")
     print(f"  write effects {s['effects']} for {s['notes']} notes; placeholders in histories {s['placeholders']}; "
           f"failed-turn prompts merged by repair {s['failed_turn_prompts_merged']}; "
           f"tool starts without the lease {s['unleased_tool_starts']}")
+    print(f"  recovery in the workers' logs: {s['swept']} lost executions requeued by the lease sweep, "
+          f"{s['republished']} lost broker messages republished by the pending sweep")
     print(f"  left in Redis after quiescence: {s['leftovers']}")
     print(f"  violations {len(chaos.violations)}", flush=True)
     for line in chaos.violations[:50]:

@@ -14,19 +14,27 @@ def forbid_pickle() -> None:
     if "pickle" in registry._encoders:
         registry.unregister("pickle")
 
-# The broker's visibility timeout is a last-resort redelivery, not our recovery path. A run's
-# lease (BATON_LEASE_TTL, heartbeated every few seconds) is what detects a lost worker, and the
-# recovery sweep requeues the run within ~1.5 lease TTLs. The visibility timeout must therefore
-# exceed the longest single execution (a run may work for hours between drains); if it were
-# shorter, Redis would hand a *running* task to another worker again and again (celery#5935).
-# A stale redelivery after 12 h finds the run finished or leased and does nothing.
-VISIBILITY_TIMEOUT_SECONDS = 12 * 3600
+# Two recovery paths. A *running* unit's lease (BATON_LEASE_TTL, heartbeated) detects a lost
+# worker, and the recovery sweep requeues it within ~1.5 lease TTLs. A message a lost worker held
+# *before* its unit ran (a deferred chat turn's ETA copy, a reserved message, a requeue published
+# after the unit left the active set) is in no active set: only the broker's visibility timeout
+# brings it back, so it must be short (the chaos bench lost such turns for 12 h). Redelivering a
+# message whose unit is still running is harmless (celery#5935 is defused by the lease): the copy
+# finds the lease held by its own unit and is dropped, or finds the unit finished. It must exceed
+# the longest time a live worker holds a message before running it (countdowns here are <= 8 s).
+VISIBILITY_TIMEOUT_SECONDS = 60
+# How often each worker scans for messages past the visibility timeout (kombu's default is ~100 s).
+UNACKED_RESTORE_SECONDS = 5
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings derived from ours (and pickle removed from the process)."""
     forbid_pickle()
-    transport: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
+    transport: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+        "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
+        "unacked_restore_throttle": 1,
+    }
     return {
         "broker_url": settings.broker,
         "result_backend": settings.redis_url,

@@ -81,8 +81,12 @@ class Client:
         pipe.hset(keys.record(owner, turn_id), mapping=rec.to_hash())
         pipe.rpush(keys.queue(owner), turn_id)
         pipe.rpush(keys.turns(owner), turn_id)
-        pipe.delete(keys.round_slot(owner))  # a new message invalidates any stored round
+        if last is None or last.terminal:
+            # A new message invalidates a failed turn's stored round; an unfinished turn may still be
+            # about to resume from its own (an automatic resume), so its round is left alone.
+            pipe.delete(keys.round_slot(owner))
         pipe.xadd(keys.events(owner), {"e": encode_event("turn.queued", owner, {"turn_id": turn_id})})
+        pipe.zadd(keys.PENDING, {owner: now})  # the sweep republishes it if the broker loses its message
         pipe.execute()
         self._celery.send_task("baton.chat_turn", args=[chat_id, turn_id], task_id=task_id, queue=self.settings.queue)
         return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
@@ -121,6 +125,7 @@ class Client:
                 "updated_at": json.dumps(time.time()),
             },
         )
+        self.redis.zadd(keys.PENDING, {rec.owner_id: time.time()})
 
     def turn(self, chat_id: str, turn_id: str) -> TurnResult:
         rec = load_record(self.redis, keys.owner("chat", _check_id(chat_id, "chat_id")), _check_id(turn_id, "turn_id"))
@@ -236,6 +241,7 @@ class Client:
             raise ValidationError(f"run {run_id} already exists")
         self.redis.hset(keys.record(owner, run_id), mapping=rec.to_hash())
         self.redis.sadd(keys.RUNS, run_id)
+        self.redis.zadd(keys.PENDING, {owner: now})
         self._celery.send_task("baton.coding_run", args=[run_id], task_id=task_id, queue=self.settings.queue)
         return RunRef(run_id=run_id, task_id=task_id)
 

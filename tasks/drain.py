@@ -23,7 +23,7 @@ from celery import signals
 from agent.errors import ToolDefinitionError, ToolLoadError
 from tasks import keys, wiring
 from tasks.app import app, settings
-from tasks.sweeper import sweep_once
+from tasks.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
 
 log = logging.getLogger("baton.drain")
 
@@ -48,12 +48,19 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     client = wiring.redis_client(settings.redis_url)
     client.delete(keys.drain(hostname))
     interval = min(2.0, settings.lease_ttl / 4)
+    # Lost broker messages can be looked for only in a Redis broker (an AMQP broker does not lose them this way).
+    broker = wiring.redis_client(settings.broker) if settings.broker.startswith(("redis", "unix")) else None
 
     def loop() -> None:
+        next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
         while not _sweeper_halt.wait(interval):
             try:
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
+                if broker is not None and time.monotonic() >= next_lost_check:
+                    next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
+                    for owner_id in sweep_lost_messages(client, broker, app, settings):
+                        log.warning("republished %s: the broker lost its message before it started", owner_id)
             except Exception:
                 log.exception("recovery sweep failed; trying again")
 

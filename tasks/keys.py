@@ -12,6 +12,7 @@ PREFIX = "baton"
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
+PENDING = f"{PREFIX}:pending"  # sorted set: owner with unfinished work -> last enqueued/checked; lost-message sweep
 RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
 

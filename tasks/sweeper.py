@@ -88,10 +88,71 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec) -> bool:
         data.update({"message_id": f"{rec.unit_id}:lost", "discarded": True, "reason": "platform interrupt"})
     pipe.xadd(keys.events(rec.owner_id), {"e": encode_event(kind, rec.owner_id, {**ids, **data})})
     pipe.execute()
+    _publish(app, settings, rec)
+    return True
+
+
+def _publish(app: Celery, settings: Settings, rec) -> None:  # noqa: ANN001
+    """Send the unit's task again, under its current task id (so a duplicate copy is recognisably the same)."""
     name, args = (
         ("baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id])
         if rec.kind == "turn"
         else ("baton.coding_run", [rec.unit_id])
     )
     app.send_task(name, args=args, task_id=rec.task_id or None, queue=settings.queue)
-    return True
+
+
+KOMBU_UNACKED = "unacked"  # the hash where kombu's Redis transport keeps delivered, unacknowledged messages
+
+# Forget an owner only if nobody re-enqueued it since we read its score.
+_FORGET = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+def pending_check_seconds(settings: Settings) -> float:
+    """How long a unit may stay enqueued and unstarted before its broker message is looked for."""
+    return max(10.0, 2 * settings.lease_ttl)
+
+
+def sweep_lost_messages(
+    client: redis.Redis, broker: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None
+) -> list[str]:
+    """Republish units whose broker message vanished before they started; returns the owners republished.
+
+    kombu's Redis transport pops a message (BRPOP) and only then records it as unacked: a worker SIGKILLed, or a
+    Redis crash, in between loses the message, and no visibility timeout brings it back (the chaos bench found
+    both). Every owner with unfinished work is in `keys.PENDING` from its enqueue until it has nothing left to
+    start; an unstarted unit due for a check has its message looked for in the queue and the unacked hash, and is
+    republished under the same task id when it is in neither. A needless copy (one caught in flight) is harmless:
+    the lease, or the finished record, turns the second copy away.
+    """
+    now = time.time() if now is None else now
+    due = client.zrangebyscore(
+        keys.PENDING, "-inf", now - pending_check_seconds(settings), withscores=True, score_cast_func=bytes.decode
+    )
+    messages: bytes | None = None
+    republished: list[str] = []
+    for raw, score in due:
+        owner_id = raw.decode()
+        kind, _, ident = owner_id.partition(":")
+        unit_id = chat_head(client, owner_id) if kind == "chat" else ident
+        rec = load_record(client, owner_id, unit_id) if unit_id else None
+        if rec is None or rec.terminal:
+            client.eval(_FORGET, 1, keys.PENDING, owner_id, score)  # nothing left to start
+            continue
+        client.zadd(keys.PENDING, {owner_id: now}, xx=True)  # checked: next look one period from now
+        if rec.status == "running" or client.exists(keys.lease(owner_id)):
+            continue  # started: the lease and the recovery sweep look after it
+        if messages is None:
+            messages = b"\n".join([*broker.lrange(settings.queue, 0, -1), *broker.hvals(KOMBU_UNACKED)])
+        if rec.task_id.encode() in messages:
+            continue  # queued, or held by a worker (a dead one's comes back after the visibility timeout)
+        if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):
+            continue  # another worker's sweeper has it
+        _publish(app, settings, rec)
+        republished.append(owner_id)
+    return republished
