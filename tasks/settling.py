@@ -222,7 +222,16 @@ class Settling:
             self.client.hset(unit.record_key, "interruptions", str(count))
             rec.interruptions = count
             note = notice("error", f"Failed (infra_transient): {failure.message}", unit.unit_id)
-            return self._settle(rec, state, "failed", failure, extra=[note])
+            # Keep what the unit finished, so a retry within the TTL goes on from it instead of redoing it.
+            round_raw = build_round(
+                state,
+                owner_id=unit.owner_id,
+                turn_id=unit.unit_id,
+                now=time.time(),
+                ttl=settings.round_ttl,
+                max_bytes=settings.round_max_bytes,
+            )
+            return self._settle(rec, state, "failed", failure, extra=[note], round_raw=round_raw)
         batch = Batch()
         batch.add("HINCRBY", unit.record_key, "interruptions", "1")
         batch.hset(

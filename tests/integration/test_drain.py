@@ -124,6 +124,27 @@ def test_deploy_storm_fails_the_run_as_infra_transient_and_the_counter_survives_
     assert len(failed) == 1 and failed[0].model_extra["class"] == "infra_transient"
 
 
+def test_a_run_failed_by_a_deploy_storm_is_retried_from_what_it_finished(stack, tmp_path):
+    """Past BATON_MAX_INTERRUPTIONS the run fails, but keeps its finished rounds in the expiring slot: a retry
+    within the TTL goes on from them, so the write tool that already ran is not run again."""
+    env = {"BATON_MAX_INTERRUPTIONS": "0"}
+    stack.fake_api.set_handler(Script([tool_call("record_note", {"note": "once"}), STALL, text("finished")]))
+    worker = stack.worker("a", **env)
+    client = stack.client(**env)
+    ref = client.start_run("write once", workspace=tmp_path)
+    assert stack.fake_api.wait_for_requests(2, timeout=30)
+    worker.terminate()
+    worker.wait_exit(timeout=15)
+    failed = client.run_status(ref.run_id)
+    assert failed.status == "failed" and failed.failure["class"] == "infra_transient"
+    assert [e.model_extra["resumable_round"] for e in client.events(ref.run_id) if e.type == "run.failed"] == [True]
+    stack.worker("b", **env)
+    client.retry(ref.run_id)
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "finished"
+    assert counting_tools.calls(redis.Redis.from_url(stack.redis_server.url), "record_note") == 1
+
+
 def test_sigkill_of_the_holder_is_recovered_by_another_worker_within_one_and_a_half_lease_ttls(stack, tmp_path):
     """SIGKILL the whole worker holding a run: its lease expires and another worker's sweep requeues it;
     the run resumes within 1.5 x BATON_LEASE_TTL and never has two live executions."""
