@@ -27,6 +27,7 @@ from tasks.cli_views import render_message
 from tasks.demo_tools import COUNTS
 from tasks.embedded_redis import EmbeddedRedis, find_redis_server, reachable
 from tasks.lease import holder_node
+from tasks.local_worker import worker_command
 
 
 @dataclass
@@ -76,24 +77,7 @@ class DemoStack:
 
     def start_worker(self, name: str, *, live: bool = False) -> None:
         log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - owned by the child process
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-Q",
-            self.live_queue if live else self.queue,
-            "-n",
-            f"{name}@%h",
-            "-c",
-            "2",
-            "-l",
-            "info",
-            "--without-mingle",
-            "--without-gossip",
-        ]
+        cmd = worker_command(self.live_queue if live else self.queue, f"{name}@%h")
         self.workers[name] = subprocess.Popen(cmd, env=self.env(live=live), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while b" ready." not in (self.workdir / f"worker-{name}.log").read_bytes():

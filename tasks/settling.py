@@ -142,6 +142,17 @@ class Settling:
         self.client.zrem(keys.ACTIVE, unit.owner_id)
         return Outcome("done", status)
 
+    def _stored_round(self, state: LoopState) -> bytes | None:
+        """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""
+        return build_round(
+            state,
+            owner_id=self.unit.owner_id,
+            turn_id=self.unit.unit_id,
+            now=time.time(),
+            ttl=self.settings.round_ttl,
+            max_bytes=self.settings.round_max_bytes,
+        )
+
     def _settle_stopped(self, rec: UnitRecord, state: LoopState) -> Outcome:
         state.messages = backfill_dangling_calls(state.messages)
         return self._settle(rec, state, "stopped", None, extra=[notice("stopped", STOPPED_NOTICE, self.unit.unit_id)])
@@ -151,14 +162,7 @@ class Settling:
         failure_class = FailureClass(err.failure_class)
         round_raw = None
         if isinstance(err, RequestFailed):
-            round_raw = build_round(
-                state,
-                owner_id=unit.owner_id,
-                turn_id=unit.unit_id,
-                now=time.time(),
-                ttl=settings.round_ttl,
-                max_bytes=settings.round_max_bytes,
-            )
+            round_raw = self._stored_round(state)
         decision = after_failure(
             unit.driver, failure_class, auto_resumes_used=rec.auto_resumes, has_checkpoint=round_raw is not None
         )
@@ -223,14 +227,7 @@ class Settling:
             rec.interruptions = count
             note = notice("error", f"Failed (infra_transient): {failure.message}", unit.unit_id)
             # Keep what the unit finished, so a retry within the TTL goes on from it instead of redoing it.
-            round_raw = build_round(
-                state,
-                owner_id=unit.owner_id,
-                turn_id=unit.unit_id,
-                now=time.time(),
-                ttl=settings.round_ttl,
-                max_bytes=settings.round_max_bytes,
-            )
+            round_raw = self._stored_round(state)
             return self._settle(rec, state, "failed", failure, extra=[note], round_raw=round_raw)
         batch = Batch()
         batch.add("HINCRBY", unit.record_key, "interruptions", "1")

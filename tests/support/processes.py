@@ -10,11 +10,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tasks.embedded_redis import EmbeddedRedis
+from tasks.local_worker import worker_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,24 +56,7 @@ class Worker:
 
     def start(self, timeout: float = 30) -> Worker:
         queue = self.env["BATON_QUEUE"]
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-Q",
-            queue,
-            "-n",
-            self.hostname,
-            "-c",
-            str(self.concurrency),
-            "-l",
-            "info",
-            "--without-mingle",
-            "--without-gossip",
-        ]
+        cmd = worker_command(queue, self.hostname, concurrency=self.concurrency)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
