@@ -24,7 +24,7 @@ import redis
 
 from config.settings import Settings
 from tasks.client import Client
-from tasks.embedded_redis import EmbeddedRedis
+from tasks.demo.embedded_redis import EmbeddedRedis
 from tests.support.fake_anthropic import FakeMessagesServer, Handler
 from tests.support.processes import REPO, Worker
 

@@ -45,7 +45,7 @@ from typing import Any
 import redis
 
 from agent.tools import tool
-from tasks import keys
+from tasks.store import keys
 from tests.support import counting_tools
 
 # -- the probe tool (workers load it with BATON_TOOLS=bench.chaos:TOOLS) ------------------------------------------
@@ -239,7 +239,7 @@ class Chaos:
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        from tasks.embedded_redis import EmbeddedRedis
+        from tasks.demo.embedded_redis import EmbeddedRedis
         from tests.support.fake_anthropic import FakeMessagesServer
 
         self.store = EmbeddedRedis(self.tmp / "store", aof=True).start()
@@ -355,7 +355,7 @@ class Chaos:
             self.stop_work.wait(0.2)
 
     def _terminal(self, ref: UnitRef) -> bool:
-        from tasks.store import load_record
+        from tasks.store.reads import load_record
 
         try:
             rec = load_record(self.store_client, ref.owner, ref.unit)
@@ -532,7 +532,7 @@ class Chaos:
         from agent.failures import FailureClass
         from agent.history import problems, repair
         from agent.messages import INTERRUPTED_RESULT
-        from tasks.store import load_record, load_transcript
+        from tasks.store.reads import load_record, load_transcript
 
         v = self.violations
         for ref in pending:
@@ -703,7 +703,7 @@ class Chaos:
         return dict(out)
 
     def _diagnose(self, ref: UnitRef) -> str:
-        from tasks.store import load_record
+        from tasks.store.reads import load_record
 
         with contextlib.suppress(Exception):
             rec = load_record(self.store_client, ref.owner, ref.unit)

@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 import redis
 
 from bench._common import Row, Stack, command_counts, delta, fmt, judge, median, print_rows
-from tasks import keys
+from tasks.store import keys
 
 TTL_ENV = {"BATON_LEASE_TTL": "3", "BATON_ROUND_TTL": "5"}
 SETTLE_SECONDS = 20.0  # longer than every short TTL above, the 3 s recovery lock and the lost-message sweep's period

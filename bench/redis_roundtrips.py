@@ -24,11 +24,11 @@ import redis
 
 from agent.loop import EventDraft
 from bench._common import Row, Stack, command_counts, delta, fmt, judge, median, print_rows
-from tasks import keys
 from tasks.client import Client
-from tasks.fenced import Fence
-from tasks.journal import RedisJournal
-from tasks.lease import Lease, new_token
+from tasks.store import keys
+from tasks.store.fenced import Fence
+from tasks.store.journal import RedisJournal
+from tasks.store.lease import Lease, new_token
 
 K = 20  # turns per arm
 TOOL_TEXT = " ".join(f'tool:peek{{"key":"k{i}"}}' for i in range(3))

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from bench._common import Row, fmt
-from tasks.embedded_redis import find_redis_server
+from tasks.demo.embedded_redis import find_redis_server
 
 SCRIPTS = ["turn_latency", "redis_roundtrips", "throughput", "drain", "faults", "memory"]
 RESULTS = Path(__file__).with_name("RESULTS.md")

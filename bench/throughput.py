@@ -18,7 +18,7 @@ import time
 
 from bench._common import Row, Stack, fmt, judge, ping, print_rows
 from tasks.client import Client
-from tasks.records import TurnRef
+from tasks.store.records import TurnRef
 
 TURNS = 200
 CHATS = 50

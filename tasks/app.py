@@ -1,4 +1,8 @@
-"""The Celery app, configured from settings; importing it registers both drivers and the drain."""
+"""The Celery app, configured from settings.
+
+The drivers and the worker's runtime register through Celery's own `include`, imported when a worker
+starts; this module imports none of them, so they can import `app` from here without a circle.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,17 @@ from celery import Celery
 from config.celeryconfig import celery_config
 from config.settings import current
 
-settings = current()
-app = Celery("baton")
-app.conf.update(celery_config(settings))
-app.conf.worker_consumer = "tasks.deadletter:DeadLetterConsumer"
+# What a worker imports at start: the task drivers, and the runtime hooked to worker signals.
+INCLUDE = [
+    "tasks.drivers.chat",
+    "tasks.drivers.runs",
+    "tasks.drivers.health",
+    "tasks.runtime.logs",
+    "tasks.runtime.drain",
+    "tasks.runtime.deadletter",
+]
 
-# Registration by import, after the app exists (the task modules import `app` from here).
-from tasks import chat, deadletter, drain, health, logs, runs  # noqa: E402, F401
+settings = current()
+app = Celery("baton", include=INCLUDE)
+app.conf.update(celery_config(settings))
+app.conf.worker_consumer = "tasks.runtime.deadletter:DeadLetterConsumer"

@@ -16,9 +16,9 @@ from agent.messages import Message
 from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
-from tasks import keys
-from tasks.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
-from tasks.store import chat_head, load_record, load_transcript
+from tasks.store import keys
+from tasks.store.reads import chat_head, load_record, load_transcript
+from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 
 
 class ValidationError(ValueError):

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tasks.embedded_redis import free_port
+from tasks.demo.embedded_redis import free_port
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.processes import REPO, wait_until
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from tasks import keys
+from tasks.store import keys
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.processes import wait_until

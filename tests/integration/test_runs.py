@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from agent.messages import INTERRUPTED_RESULT
-from tasks import keys
 from tasks.client import ValidationError
+from tasks.store import keys
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.processes import REPO, wait_until

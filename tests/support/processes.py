@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tasks.embedded_redis import EmbeddedRedis
-from tasks.local_worker import worker_command
+from tasks.demo.embedded_redis import EmbeddedRedis
+from tasks.demo.local_worker import worker_command
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import fakeredis
 import pytest
 
 from agent.errors import LeaseLost
-from tasks import keys
-from tasks.fenced import _FENCED, Fence
-from tasks.journal import RedisJournal
+from tasks.store import keys
+from tasks.store.fenced import _FENCED, Fence
+from tasks.store.journal import RedisJournal
 
 OWNER, RUN = "run:r1", "r1"
 

@@ -13,10 +13,11 @@ from agent.failures import FailureClass
 from agent.policy import TABLE, Driver, missing_cells, policy_for
 from agent.provider.scripted import ScriptedProvider, reply_fault, reply_text, reply_tool
 from config.settings import Settings
-from tasks import keys, wiring
 from tasks.app import app
-from tasks.execution import Execution, Unit
-from tasks.records import UnitRecord
+from tasks.execution import wiring
+from tasks.execution.flow import Execution, Unit
+from tasks.store import keys
+from tasks.store.records import UnitRecord
 
 FAULT_FOR = {
     FailureClass.INFRA_TRANSIENT: "drop",
@@ -29,6 +30,7 @@ FAULT_FOR = {
 
 
 def registered_drivers() -> set[Driver]:
+    app.loader.import_default_modules()  # what a worker does at start: import the app's `include`
     return {task.driver for task in app.tasks.values() if getattr(task, "driver", None) is not None}
 
 

@@ -8,9 +8,9 @@ import fakeredis
 import pytest
 
 from config.settings import Settings
-from tasks import keys
-from tasks.records import UnitRecord
-from tasks.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.store import keys
+from tasks.store.records import UnitRecord
 
 
 class FakeApp:

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore, Reject
 
-from tasks.execution import Outcome
+from tasks.execution.flow import Outcome
 
 log = logging.getLogger("baton.tasks")
 
@@ -40,7 +40,7 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
 
 def reject_invalid(task: Task, problem: str) -> None:
     """A message whose arguments fail validation is rejected (dead-lettered by the broker), never retried."""
-    from tasks.deadletter import record
+    from tasks.runtime.deadletter import record
 
     record(f"arguments failed validation: {problem}", headers={"task": task.name, "id": task.request.id},
            content_type="application/json", body={"args": task.request.args, "kwargs": task.request.kwargs})

@@ -14,8 +14,8 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
-from tasks import wiring
 from tasks.app import settings
+from tasks.execution import wiring
 
 DEADLETTER = "baton:deadletter"
 DEADLETTER_MAX = 10_000

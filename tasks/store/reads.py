@@ -5,8 +5,8 @@ from __future__ import annotations
 import redis
 
 from agent.messages import Message, load_message
-from tasks import keys
-from tasks.records import UnitRecord
+from tasks.store import keys
+from tasks.store.records import UnitRecord
 
 
 def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord | None:

@@ -7,10 +7,10 @@ from typing import Any
 from celery import Task
 
 from agent.policy import Driver
-from tasks import keys
 from tasks.app import app, settings
-from tasks.driving import act, reject_invalid
-from tasks.execution import Execution, Unit
+from tasks.drivers.acting import act, reject_invalid
+from tasks.execution.flow import Execution, Unit
+from tasks.store import keys
 
 
 @app.task(

@@ -27,14 +27,15 @@ from agent.provider.replay import RequestFailed
 from agent.rounds import load_round, seed_state, usable_round
 from agent.state import LoopState, Usage
 from config.settings import Settings
-from tasks import keys, logs, wiring
-from tasks.fenced import Batch, Fence
-from tasks.journal import RedisJournal
-from tasks.lease import Lease, holder_unit, new_token
-from tasks.records import Failure, UnitRecord
-from tasks.settling import Outcome, Settling, Unit
-from tasks.store import chat_head, load_record, load_transcript
-from tasks.watcher import Watcher
+from tasks.execution import wiring
+from tasks.execution.settling import Outcome, Settling, Unit
+from tasks.execution.watcher import Watcher
+from tasks.runtime import logs
+from tasks.store.fenced import Batch, Fence
+from tasks.store.journal import RedisJournal
+from tasks.store.lease import Lease, holder_unit, new_token
+from tasks.store.reads import chat_head, keys, load_record, load_transcript
+from tasks.store.records import Failure, UnitRecord
 
 log = logging.getLogger("baton.execution")
 

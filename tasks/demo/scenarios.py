@@ -22,12 +22,12 @@ from typing import Any
 import redis
 
 from config.settings import Settings
-from tasks import keys
-from tasks.cli_views import render_message
-from tasks.demo_tools import COUNTS
-from tasks.embedded_redis import EmbeddedRedis, find_redis_server, reachable
-from tasks.lease import holder_node
-from tasks.local_worker import worker_command
+from tasks.cli.views import render_message
+from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server, reachable
+from tasks.demo.local_worker import worker_command
+from tasks.demo.tools import COUNTS
+from tasks.store import keys
+from tasks.store.lease import holder_node
 
 
 @dataclass
@@ -68,7 +68,7 @@ class DemoStack:
                 "BATON_REDIS_URL": self.url,
                 "BATON_QUEUE": self.live_queue if live else self.queue,
                 "BATON_PROVIDER": "anthropic" if live else "scripted",
-                "BATON_TOOLS": "tasks.demo_tools:TOOLS",
+                "BATON_TOOLS": "tasks.demo.tools:TOOLS",
                 "BATON_BACKOFF_SCALE": "0.05",
                 "BATON_LEASE_TTL": "5",
             }

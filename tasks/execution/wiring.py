@@ -12,7 +12,7 @@ from agent.provider.scripted import ScriptedProvider, directive_script
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
 from config.settings import Settings
-from tasks import keys
+from tasks.store import keys
 
 
 @lru_cache(maxsize=8)

@@ -14,8 +14,8 @@ import redis
 
 from agent.events import encode_event
 from agent.loop import EventDraft
-from tasks import keys
-from tasks.fenced import Batch, Fence
+from tasks.store import keys
+from tasks.store.fenced import Batch, Fence
 
 JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
 

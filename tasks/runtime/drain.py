@@ -21,9 +21,10 @@ from typing import Any
 from celery import signals
 
 from agent.errors import ToolDefinitionError, ToolLoadError
-from tasks import keys, wiring
 from tasks.app import app, settings
-from tasks.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.execution import wiring
+from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.store import keys
 
 log = logging.getLogger("baton.drain")
 

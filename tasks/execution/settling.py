@@ -20,9 +20,10 @@ from agent.policy import Driver, after_failure, after_interruption, compute_back
 from agent.provider.replay import RequestFailed
 from agent.rounds import build_round
 from agent.state import LoopState, tool_summary
-from tasks import keys, wiring
-from tasks.fenced import Batch
-from tasks.records import Failure, UnitRecord, UsageOut
+from tasks.execution import wiring
+from tasks.store import keys
+from tasks.store.fenced import Batch
+from tasks.store.records import Failure, UnitRecord, UsageOut
 
 log = logging.getLogger("baton.execution")
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     import redis
 
     from config.settings import Settings
-    from tasks.fenced import Fence
+    from tasks.store.fenced import Fence
 
 
 @dataclass(frozen=True)

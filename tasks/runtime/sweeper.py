@@ -11,9 +11,8 @@ from agent.events import encode_event
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from agent.policy import after_interruption
 from config.settings import Settings
-from tasks import keys
-from tasks.records import Failure
-from tasks.store import chat_head, load_record
+from tasks.store.reads import chat_head, keys, load_record
+from tasks.store.records import Failure
 
 
 def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None) -> list[str]:

@@ -13,8 +13,8 @@ import time
 import redis
 
 from agent.cancel import CancelToken
-from tasks import keys
-from tasks.lease import Lease
+from tasks.store import keys
+from tasks.store.lease import Lease
 
 log = logging.getLogger("baton.watcher")
 

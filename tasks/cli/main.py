@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         os.execvp("celery", ["celery", "-A", "tasks", "worker", "-l", "info", *args.celery_args])
     if args.command == "demo":
-        from tasks.demo import main as demo_main
+        from tasks.demo.scenarios import main as demo_main
 
         return demo_main(json_output=args.json)
     from tasks.client import Client, NotFound, ValidationError
@@ -93,7 +93,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None
 
 
 def _dispatch(client: Any, args: argparse.Namespace) -> int:
-    from tasks.cli_views import render_message, render_turn, run_exit, turn_exit
+    from tasks.cli.views import render_message, render_turn, run_exit, turn_exit
 
     if args.command in ("send", "retry"):
         ref = client.send_message(args.chat_id, args.text) if args.command == "send" else client.retry(args.id)
@@ -102,7 +102,7 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
             _emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")
             return run_exit(status, args.wait)
         if args.wait and not args.json and sys.stdout.isatty():
-            from tasks.cli_views import live_progress
+            from tasks.cli.views import live_progress
 
             live_progress(client, ref, args.timeout)
         result = client.wait(ref, timeout=args.timeout) if args.wait else client.turn(ref.chat_id, ref.turn_id)
@@ -150,6 +150,3 @@ def _event_line(event: Any) -> str:
     data = event.model_dump(exclude={"id", "at", "type", "chat_id", "run_id"}, exclude_none=True)
     return f"{event.id}  {event.type:<16} {json.dumps(data, ensure_ascii=False)}"
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `baton` command line: parsing and dispatch in `main`, how results are printed in `views`."""

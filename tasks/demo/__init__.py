@@ -1,0 +1,1 @@
+"""`baton demo`: an embedded Redis, local workers and the scenarios that tour Baton's guarantees."""

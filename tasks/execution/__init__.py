@@ -1,0 +1,1 @@
+"""One execution of a unit (a chat turn or a coding run): load, decide, act, settle. No Celery here."""
