@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import signals
 
+from agent import commands
 from agent.errors import ToolDefinitionError, ToolLoadError
 from tasks.app import app, settings
 from tasks.execution import wiring
@@ -83,6 +84,32 @@ def _prepare_worker(**_: Any) -> None:
         sys.stderr.write(f"invalid settings: BATON_TOOLS: {err}\n")
         sys.stderr.flush()
         os._exit(2)
+    check_sandbox()
+
+
+def check_sandbox() -> None:
+    """Say once, at start, how model-chosen commands will run; a sandbox that cannot start is a warning, not an
+    exit: chat turns still work, and each `run_command` refuses with the same reason (fail closed)."""
+    policy = wiring.sandbox_policy(settings)
+    if policy is None:
+        log.warning(
+            "BATON_SANDBOX=none: run_command runs model-chosen commands UNCONFINED, as this worker's user: they can "
+            "read this worker's environment (API key, Redis password) through /proc, reach Redis and the network, "
+            "and write anywhere this user can"
+        )
+        return
+    reason = commands.probe(policy)
+    if reason is not None:
+        log.warning("run_command will refuse every command: %s", reason)
+    elif os.geteuid() == 0 and policy.run_as is None:
+        log.warning(
+            "the worker runs as root: the kernel does not apply the sandbox's process limit (RLIMIT_NPROC) to uid 0, "
+            "so a fork bomb is bounded only by the command timeout; run the worker as a non-root user or set "
+            "BATON_SANDBOX_UID"
+        )
+    else:
+        network = "with" if policy.network else "without"
+        log.info("run_command runs in the bubblewrap sandbox, %s network", network)
 
 
 @signals.worker_process_init.connect
