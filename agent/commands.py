@@ -89,7 +89,7 @@ def resolve_programs(policy: SandboxPolicy) -> SandboxPolicy:
     environment (what a command could read back through /proc/1/environ is then nothing at all).
     """
     found: dict[str, str] = {}
-    for attr in ("prlimit", "setpriv", "bwrap"):
+    for attr in ("bwrap", "prlimit", "setpriv"):
         if attr == "setpriv" and policy.run_as is None:
             continue
         program = getattr(policy, attr)
@@ -140,11 +140,15 @@ def _collect(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[
     return bytes(heads[proc.stdout.fileno()]), bytes(heads[proc.stderr.fileno()]), dropped, False
 
 
-def _started(status: bytes) -> bool:
-    """Whether bwrap's JSON status says the sandbox came up (a `child-pid` line)."""
+def _ran(status: bytes) -> bool:
+    """Whether bwrap's JSON status reports the command's exit: only then did the sandbox come up and exec it.
+
+    `child-pid` is written right after the namespaces are created, before the mounts; a failure setting them
+    up (a missing source path, a mount the kernel refuses) or exec'ing the command leaves no `exit-code` line.
+    """
     for line in status.splitlines():
         with contextlib.suppress(ValueError):
-            if "child-pid" in json.loads(line):
+            if "exit-code" in json.loads(line):
                 return True
     return False
 
@@ -220,13 +224,11 @@ def run(
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=KILL_GRACE_SECONDS)
                 raise ToolError(f"timed out after {timeout:g} s; everything it started was killed")
-        if sandbox is not None:
-            status = _read_all(status_r)
-            if not _started(status):
-                reason = err_out.decode("utf-8", errors="replace").strip() or f"exit code {proc.returncode}"
-                raise SandboxUnavailable(f"the command sandbox could not start ({reason}); {FIX_HINT}")
-            if proc.returncode == 1 and err_out.startswith(b"bwrap: execvp "):
-                raise ToolError(f"command not found: {name} ({err_out.decode(errors='replace').strip()})")
+        if sandbox is not None and not _ran(_read_all(status_r)):
+            reason = err_out.decode("utf-8", errors="replace").strip() or f"exit code {proc.returncode}"
+            if err_out.startswith(b"bwrap: execvp "):
+                raise ToolError(f"command not found: {name} ({reason})")
+            raise SandboxUnavailable(f"the command sandbox could not start ({reason[:500]}); {FIX_HINT}")
     finally:
         if status_r >= 0:
             os.close(status_r)
