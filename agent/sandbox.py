@@ -57,7 +57,9 @@ class Limits:
     """RLIMIT_NPROC: processes of the sandbox's host uid. Stops a fork bomb at this count — but the kernel
     never applies it to uid 0, so it binds only when the worker runs as non-root or `run_as` is set."""
     memory_bytes: int = 4 * GiB
-    """RLIMIT_AS per process: a runaway allocation fails with ENOMEM instead of pushing the host into OOM."""
+    """RLIMIT_DATA per process (private writable memory): a runaway allocation fails with ENOMEM instead of
+    pushing the host into OOM. Not RLIMIT_AS: runtimes reserve address space they never touch (a JVM's heap,
+    V8's WebAssembly guard regions), and a 4 GiB RLIMIT_AS made `node`'s WebAssembly and `java -Xmx6g` fail."""
     file_bytes: int = 1 * GiB
     """RLIMIT_FSIZE: no single file written grows past this (the writer gets SIGXFSZ / EFBIG)."""
     open_files: int = 1024
@@ -156,7 +158,7 @@ def sandbox_argv(
     argv = [
         policy.prlimit,
         f"--nproc={lim.processes}",
-        f"--as={lim.memory_bytes}",
+        f"--data={lim.memory_bytes}",
         f"--fsize={lim.file_bytes}",
         f"--nofile={lim.open_files}",
         "--core=0",  # a crashing program must not drop a memory image (which may hold file contents) anywhere

@@ -213,10 +213,18 @@ def test_a_runaway_write_stops_at_the_file_size_limit(ws: Path):
 
 
 def test_a_runaway_allocation_fails_inside(ws: Path):
-    """An 8 GiB allocation under a 1 GiB address-space limit raises MemoryError in the command."""
+    """An 8 GiB allocation under a 1 GiB memory limit raises MemoryError in the command."""
     policy = SandboxPolicy(limits=Limits(memory_bytes=1 << 30))
     out = run(ws, "python3 -c 'bytearray(8 << 30)'", policy)
     assert out.content.startswith("exit code 1") and "MemoryError" in out.content
+
+
+@pytest.mark.skipif(shutil.which("node", path="/usr/bin:/bin") is None, reason="needs Debian's node in /usr/bin")
+def test_the_memory_limit_leaves_reserved_address_space_alone(ws: Path):
+    """Under the default limits a runtime that reserves far more address space than it uses still starts:
+    node's WebAssembly memory reserves ~10 GiB of guard regions (it failed under a 4 GiB RLIMIT_AS)."""
+    out = run(ws, "node -e 'new WebAssembly.Memory({initial: 1}); console.log(\"wasm ok\")'")
+    assert out.content == "exit code 0\n--- stdout ---\nwasm ok\n", out.content
 
 
 def test_a_missing_bwrap_refuses_and_runs_nothing(ws: Path):

@@ -38,7 +38,7 @@ def test_limits_come_first_and_bind_everything_after():
     assert argv[: argv.index("bwrap")] == [
         "prlimit",
         "--nproc=64",
-        f"--as={2 << 30}",
+        f"--data={2 << 30}",
         f"--fsize={10 << 20}",
         "--nofile=256",
         "--core=0",
