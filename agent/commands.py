@@ -88,16 +88,16 @@ def resolve_programs(policy: SandboxPolicy) -> SandboxPolicy:
     Resolved here, on the worker's PATH, so the sandbox's outer processes can be started with an empty
     environment (what a command could read back through /proc/1/environ is then nothing at all).
     """
-    found: dict[str, str] = {}
-    for attr in ("bwrap", "prlimit", "setpriv"):
-        if attr == "setpriv" and policy.run_as is None:
-            continue
-        program = getattr(policy, attr)
+
+    def located(program: str) -> str:
         path = _resolve(program)
         if path is None or not os.access(path, os.X_OK):
             raise SandboxUnavailable(f"the command sandbox is unavailable: `{program}` is not installed; {FIX_HINT}")
-        found[attr] = path
-    return dataclasses.replace(policy, **found)
+        return path
+
+    bwrap, prlimit = located(policy.bwrap), located(policy.prlimit)  # bwrap first: the likelier one missing
+    setpriv = located(policy.setpriv) if policy.run_as is not None else policy.setpriv
+    return dataclasses.replace(policy, bwrap=bwrap, prlimit=prlimit, setpriv=setpriv)
 
 
 def _data_pipes(contents: Mapping[str, bytes]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from agent.sandbox import Limits, SandboxPolicy
 from agent.tools import ToolOutcome, execute
@@ -106,18 +107,25 @@ def test_no_environ_in_the_sandbox_holds_the_secret(ws: Path, tmp_path: Path):
     assert FAKE_KEY in through("none")
 
 
-def test_the_hosts_redis_on_loopback_is_unreachable(ws: Path, redis_server):
-    """A TCP connect to the test's redis-server on 127.0.0.1 fails in the sandbox; with
-    BATON_SANDBOX_NETWORK=on the same command gets Redis's PONG (so the check can tell the two apart)."""
-    probe = (
-        f"python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {redis_server.port}), timeout=3); "
-        "s.sendall(b'PING\\r\\n'); print(s.recv(16))\""
+def redis_writer(port: int, key: str) -> str:
+    """A command that connects to Redis on 127.0.0.1:port, SETs `key` and prints the reply."""
+    command = f"SET {key} reached\\r\\n"
+    return (
+        f"python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=3); "
+        f"s.sendall(b'{command}'); print(s.recv(16))\""
     )
-    refused = run(ws, probe)
+
+
+def test_the_hosts_redis_on_loopback_is_unreachable(ws: Path, redis_server):
+    """A TCP connect to the test's redis-server on 127.0.0.1 fails in the sandbox and the key it tried to set
+    does not exist; with BATON_SANDBOX_NETWORK=on the same command sets it (so the check can tell them apart)."""
+    store = redis.Redis.from_url(redis_server.url)
+    refused = run(ws, redis_writer(redis_server.port, "from-sandbox"))
     assert not refused.is_error and refused.content.startswith("exit code 1")
-    assert "PONG" not in refused.content and "Connection refused" in refused.content
-    allowed = run(ws, probe, SandboxPolicy(network=True))
-    assert "exit code 0" in allowed.content and "+PONG" in allowed.content
+    assert "Connection refused" in refused.content and store.exists("from-sandbox") == 0
+    allowed = run(ws, redis_writer(redis_server.port, "from-sandbox"), SandboxPolicy(network=True))
+    assert "exit code 0" in allowed.content and "+OK" in allowed.content
+    assert store.get("from-sandbox") == b"reached"
 
 
 def test_writes_outside_the_workspace_fail_or_stay_private(ws: Path):

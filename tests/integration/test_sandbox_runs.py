@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from tests.conftest import FAKE_KEY
-from tests.integration.test_sandbox import NOBODY, _count_uid
+from tests.integration.test_sandbox import NOBODY, _count_uid, redis_writer
 from tests.integration.test_secrets import _everything_in_redis
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import wait_until
@@ -70,7 +70,7 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
     steps = {
         "environ": "sh -c 'grep -a -o \"sk-ant-[A-Za-z0-9_-]*\" /proc/$PPID/environ /proc/*/environ; "
         "tr \"\\0\" \"\\n\" < /proc/1/environ; echo probed'",
-        "redis": f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\"",
+        "redis": redis_writer(port, "written-by-the-run"),
         "host_tmp": f"sh -c 'echo pwned > {host_file} && echo wrote; echo x > {outside}; echo done'",
         "bomb": "bash -c ':(){ :|:& };:'",
         "bomb_held": "sh -c 'b(){ b|b& }; b; sleep 2; echo held'",
@@ -95,6 +95,7 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
 
     assert "probed" in out["environ"] and FAKE_KEY not in out["environ"] and "sk-ant" not in out["environ"]
     assert "exit code 1" in out["redis"] and "Connection refused" in out["redis"]
+    assert redis.Redis.from_url(stack.redis_server.url).exists("written-by-the-run") == 0
     assert "wrote" in out["host_tmp"] and not host_file.exists()  # its own /tmp, not the host's
     assert outside.read_text() == "outside, untouched"
     assert not results["bomb"].get("is_error") and "Cannot fork" in out["bomb_held"] and "held" in out["bomb_held"]

@@ -167,3 +167,15 @@ def test_host_layout_reads_links_dirs_and_etc(tmp_path):
     layout = host_layout(str(tmp_path))
     assert layout.links == {"/bin": "usr/bin"} and layout.dirs == ("/lib",)
     assert layout.etc == ("alternatives",)
+
+
+def test_settings_choose_the_policy():
+    """BATON_SANDBOX=none is the only way to no policy; the network and uid settings reach the policy."""
+    from config.settings import Settings
+    from tasks.execution.wiring import sandbox_policy
+
+    assert sandbox_policy(Settings(sandbox="none")) is None
+    default = sandbox_policy(Settings())
+    assert default == SandboxPolicy() and not default.network and default.run_as is None
+    tuned = sandbox_policy(Settings(sandbox_network="on", sandbox_uid=65534))
+    assert tuned is not None and tuned.network and tuned.run_as == 65534
