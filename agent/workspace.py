@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from agent import commands
+from agent.commands import scrubbed_env as scrubbed_env  # re-exported: it lived here before the sandbox
 from agent.errors import ToolError
 from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, cap_result, tool
