@@ -273,3 +273,35 @@ def test_a_symlink_planted_by_a_command_does_not_open_the_file_tools(ws: Path, t
     assert execute(tools["write_file"], {"path": "up/outside/new.txt", "content": "x"}).is_error
     assert execute(tools["write_file"], {"path": "s", "content": "pwned"}).is_error
     assert (outside / "secret.txt").read_text() == "top secret" and not (outside / "new.txt").exists()
+
+
+HOLDER = """import sys
+from agent.sandbox import SandboxPolicy
+from agent.tools import execute
+from agent.workspace import workspace_tools
+policy = SandboxPolicy() if sys.argv[2] == "bwrap" else None
+tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=policy)}
+execute(tools["run_command"], {"command": sys.argv[3]})
+"""
+
+
+def test_a_killed_worker_takes_its_sandboxed_command_with_it(ws: Path, tmp_path: Path):
+    """SIGKILL the process running the tool mid-command (a worker lost to the OOM killer, say): the sandbox
+    dies with it (--die-with-parent) instead of running on as an orphan, whatever it started included."""
+    from tests.support.processes import wait_until
+    from tests.unit.test_workspace import _gone, _host_pids
+
+    (tmp_path / "holder.py").write_text(HOLDER)
+    sleeper = ["sleep", "30.4713"]
+    holder = subprocess.Popen(
+        [sys.executable, str(tmp_path / "holder.py"), str(ws), "bwrap", f"sh -c '{shlex.join(sleeper)} & wait'"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        wait_until(lambda: bool(_host_pids(sleeper)), 30, what="the sandboxed sleep to start")
+        holder.kill()
+        holder.wait(10)
+        assert _gone(sleeper)
+    finally:
+        holder.kill()
+        holder.wait(10)
