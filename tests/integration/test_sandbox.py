@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -305,3 +306,5 @@ def test_a_killed_worker_takes_its_sandboxed_command_with_it(ws: Path, tmp_path:
     finally:
         holder.kill()
         holder.wait(10)
+        for pid in _host_pids(sleeper):  # only when the test failed: leave no orphan behind
+            os.kill(pid, signal.SIGKILL)
