@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     round_max_bytes: int = Field(98304, ge=1024)
     max_interruptions: int = Field(3, ge=0, le=100)
     max_rounds: int = Field(12, ge=1, le=200)
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    sandbox_network: Literal["off", "on"] = "off"
+    # Host uid a root worker becomes before bwrap, so the sandbox's process limit binds (the kernel never
+    # applies RLIMIT_NPROC to uid 0). The workspace must then be writable by that uid.
+    sandbox_uid: int | None = Field(None, ge=1, le=2**32 - 2)
 
     # Beyond the contract: operational knobs with safe defaults.
     queue: str = Field("baton", pattern=r"^[A-Za-z0-9_.:-]{1,100}$")

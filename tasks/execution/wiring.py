@@ -9,6 +9,7 @@ import redis
 from agent.policy import Backoff
 from agent.provider.base import Provider
 from agent.provider.scripted import ScriptedProvider, directive_script
+from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
 from config.settings import Settings
@@ -47,5 +48,12 @@ def chat_tools(settings: Settings) -> dict[str, Tool]:
     return by_name(load_tools(settings.tools))
 
 
+def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
+    """The policy `run_command` runs under; None only for `BATON_SANDBOX=none`."""
+    if settings.sandbox == "none":
+        return None
+    return SandboxPolicy(network=settings.sandbox_network == "on", run_as=settings.sandbox_uid)
+
+
 def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
-    return by_name([*workspace_tools(workspace), *load_tools(settings.tools)])
+    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *load_tools(settings.tools)])

@@ -310,3 +310,17 @@ def test_compose_config_validates(front_end):
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_workers_can_run_the_sandbox_without_privilege(services):
+    """Workers get exactly what bubblewrap needs as an unprivileged user (namespaces, mount, a fresh /proc)
+    and nothing that would hand commands the host: no `privileged`, no added capabilities."""
+    for name, svc in worker_services(services).items():
+        assert not svc.get("privileged"), name
+        assert not svc.get("cap_add"), name
+        assert set(svc.get("security_opt") or []) == {
+            "seccomp=unconfined",
+            "apparmor=unconfined",
+            "systempaths=unconfined",
+        }, name
+        assert "BATON_SANDBOX" in env_dict(svc), name
