@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     drain_grace: float = Field(2.0, ge=0, le=60)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
+    # The scripted provider's cues (`module:attribute`): texts a person reads, mapped to directives.
+    scripted_cues: str = ""
 
     @model_validator(mode="after")
     def _broker_defaults_to_store(self) -> Settings:
