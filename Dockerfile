@@ -27,6 +27,8 @@ RUN pip install --no-cache-dir . \
 # Run from a directory without source files so `celery -A tasks` imports the installed package.
 USER baton
 WORKDIR /home/baton
+# Flower's options (task columns for retries and their reason): Flower reads ./flowerconfig.py by default.
+COPY flowerconfig.py /home/baton/flowerconfig.py
 
 # Celery handles SIGTERM as a warm shutdown: running runs checkpoint and requeue, then it exits.
 STOPSIGNAL SIGTERM

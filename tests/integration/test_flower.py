@@ -111,6 +111,9 @@ def test_flower_shows_an_auto_resume_and_a_drain_as_retries_with_their_reason(st
         assert "resuming from the stored round" in chat_task["exception"]
         assert "Interrupted by a platform deploy" in run_task["exception"]
         assert run_task["worker"].startswith("b@")  # finished elsewhere
+        # A unit's own outcome is the task's result (a failed turn is a SUCCESS whose result says failed).
+        assert "completed" in run_task["result"]
+        assert {turn.task_id, run.task_id} <= set(_tasks(base, search="result:completed"))
         assert _tasks(base, state="RETRY") == {}  # the "Retried" filter is empty once the retries succeeded
         assert set(_tasks(base, taskname="baton.coding_run")) == {run.task_id}
 
