@@ -265,7 +265,7 @@ def _drain_run(client: Any, r: redis.Redis, stack: DemoStack, workspace: Path) -
     replayed = [_step_label(e) for e in finished_before if e.model_extra["step"] not in redone]
     after_lines.insert(resumed_at, f"{'(journal)':<16} read back, not run again: {', '.join(replayed) or 'nothing'}")
     marker = f"{f'(SIGTERM {name})':<16} it drained and exited in {drained:.1f}s"
-    s.timeline = [*_timeline_of(before), marker, *after_lines]
+    s.timeline = [*_timeline_of(before), marker, *after_lines, *_transcript(client, ref.run_id)]
     s.verdict = (
         status.status == "completed"
         and status.interruptions == 1
