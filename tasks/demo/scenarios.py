@@ -34,7 +34,10 @@ from tasks.store.lease import holder_node
 
 @dataclass
 class Scenario:
+    """One toured scenario: what it showed (timeline, transcript), its verdict, and whose it was."""
+
     name: str
+    ident: str = ""  # the chat id or run id, so a caller can point at it (a page, `baton transcript`)
     verdict: bool = False
     summary: str = ""
     timeline: list[str] = field(default_factory=list)
@@ -192,7 +195,7 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
 
 
 def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True) -> Scenario:
-    s = Scenario("a chat turn with a tool round" + ("" if scripted else " (anthropic provider)"))
+    s = Scenario("a chat turn with a tool round" + ("" if scripted else " (anthropic provider)"), chat)
     text = said.WEATHER if scripted else said.WEATHER_LIVE
     result = client.wait(client.send_message(chat, text), timeout=120)
     calls = _calls(r, "lookup_weather")
@@ -204,7 +207,7 @@ def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True
 
 
 def _stream_replay(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a stream dropped mid-answer and replayed")
+    s = Scenario("a stream dropped mid-answer and replayed", chat)
     result = client.wait(client.send_message(chat, said.OSLO), timeout=60)
     s.timeline = _timeline(client, chat) + _transcript(client, chat)
     replies = [m for m in client.transcript(chat) if m.role == "assistant" and not m.tool_uses]
@@ -220,7 +223,7 @@ def _stream_replay(client: Any, r: redis.Redis, chat: str) -> Scenario:
 
 
 def _resume_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a provider failure after a tool round, resumed without re-running the tool")
+    s = Scenario("a provider failure after a tool round, resumed without re-running the tool", chat)
     result = client.wait(client.send_message(chat, said.NOTE), timeout=60)
     s.timeline = _timeline(client, chat) + _transcript(client, chat)
     calls = _calls(r, "save_note")
@@ -235,6 +238,7 @@ def _drain_run(client: Any, r: redis.Redis, stack: DemoStack, workspace: Path) -
     stack.start_worker("worker-b")
     notes_before = _calls(r, "save_note")  # the chat scenario saved a note too
     ref = client.start_run(said.PROJECT, workspace=workspace)
+    s.ident = ref.run_id
     # Wait for a finished tool step: its journal entry and its run.step event are one fenced write, so the
     # event means the step is in the journal.
     seen: list[Any] = []
@@ -296,7 +300,7 @@ def _finished(event: Any, kind: str | None = None) -> bool:
 
 
 def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a stop in the middle of a tool call")
+    s = Scenario("a stop in the middle of a tool call", chat)
     ref = client.send_message(chat, said.ARCHIVE)
     deadline = time.monotonic() + 30
     while _calls(r, "slow_write") == 0 and time.monotonic() < deadline:
@@ -330,6 +334,7 @@ def main(json_output: bool = False) -> int:
                     "scenarios": [
                         {
                             "name": s.name,
+                            "id": s.ident,
                             "verdict": "pass" if s.verdict else "FAIL",
                             "summary": s.summary,
                             "timeline": s.timeline,
