@@ -55,8 +55,8 @@ def _retried_events(metrics: str, task: str) -> float:
 def test_flower_shows_an_auto_resume_and_a_drain_as_retries_with_their_reason(stack, tmp_path):
     """Flower started from the repository (so it reads flowerconfig.py, as `celery -A tasks flower` does) lists
     tasks with Retries and Exception columns; after a turn auto-resumes and a run is drained and finished by
-    another worker, both are SUCCESS, and searching by args (the chat id, the run id) finds each with its retry
-    count and reason; the API refuses requests without credentials; /metrics counts the task-retried events."""
+    another worker, searching by args (the chat id, the run id) finds each with its retry count, its reason and
+    its completed result; the API refuses requests without credentials; /metrics counts the task-retried events."""
     port = free_port()
     log = open(tmp_path / "flower.log", "wb")  # noqa: SIM115 - closed below
     flower = subprocess.Popen(
@@ -72,7 +72,7 @@ def test_flower_shows_an_auto_resume_and_a_drain_as_retries_with_their_reason(st
         status, page = _get(f"{base}/tasks", AUTH)
         assert status == 200
         columns = re.findall(rb'<th data-column="([a-z_]+)"', page)
-        assert b"retries" in columns and b"exception" in columns, columns
+        assert {b"retries", b"exception", b"result"} <= set(columns), columns
 
         # A chat turn fails at the provider after its tool round and resumes automatically (a Celery retry).
         stack.fake_api.set_handler(
@@ -94,27 +94,28 @@ def test_flower_shows_an_auto_resume_and_a_drain_as_retries_with_their_reason(st
 
         found: dict[str, dict] = {}
 
-        def both_settled_with_their_reason() -> bool:
-            # After the retry succeeds the task is SUCCESS; its retry count and last exception stay on it.
+        def both_recorded() -> bool:
+            # The retry count and reason stay on the task after the retry succeeds, beside the unit's result.
             for ident, reason in (("flower-chat", "AutoResume"), (run.run_id, "PlatformInterrupt")):
                 for task in _tasks(base, search=f"args:{ident}").values():
                     found[ident] = task
-                if found.get(ident, {}).get("state") != "SUCCESS" or reason not in str(found[ident].get("exception")):
+                task = found.get(ident, {})
+                if reason not in str(task.get("exception")) or "completed" not in str(task.get("result")):
                     return False
             return True
 
-        wait_until(both_settled_with_their_reason, 30, 0.2, "both tasks to settle in Flower with their reason")
+        wait_until(both_recorded, 30, 0.2, "both tasks to reach Flower with their reason and result")
         chat_task, run_task = found["flower-chat"], found[run.run_id]
         assert chat_task["uuid"] == turn.task_id and chat_task["name"] == "baton.chat_turn"
         assert run_task["uuid"] == run.task_id and run_task["name"] == "baton.coding_run"
         assert chat_task["retries"] == 1 and run_task["retries"] == 1
         assert "resuming from the stored round" in chat_task["exception"]
         assert "Interrupted by a platform deploy" in run_task["exception"]
-        assert run_task["worker"].startswith("b@")  # finished elsewhere
-        # A unit's own outcome is the task's result (a failed turn is a SUCCESS whose result says failed).
-        assert "completed" in run_task["result"]
+        # Usually SUCCESS; but when the drained worker's task-retried event reaches Flower after the other
+        # worker's task-succeeded, Celery's event state applies the late RETRY anyway (RETRY skips its
+        # happens-before check), so a finished unit can read RETRY: its result still says completed.
+        assert {chat_task["state"], run_task["state"]} <= {"SUCCESS", "RETRY"}
         assert {turn.task_id, run.task_id} <= set(_tasks(base, search="result:completed"))
-        assert _tasks(base, state="RETRY") == {}  # the "Retried" filter is empty once the retries succeeded
         assert set(_tasks(base, taskname="baton.coding_run")) == {run.task_id}
 
         status, metrics = _get(f"{base}/metrics")
