@@ -34,6 +34,8 @@ RUN pip install --no-cache-dir . \
 # Non-root also matters to the sandbox: the kernel applies its process limit (RLIMIT_NPROC) to no uid 0 process.
 USER baton
 WORKDIR /home/baton
+# Flower's options (task columns for retries and their reason): Flower reads ./flowerconfig.py by default.
+COPY flowerconfig.py /home/baton/flowerconfig.py
 
 # Celery handles SIGTERM as a warm shutdown: running runs checkpoint and requeue, then it exits.
 STOPSIGNAL SIGTERM

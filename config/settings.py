@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     live_text_retention: float = Field(120.0, ge=0, le=7 * 24 * 3600)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
+    # The scripted provider's cues (`module:attribute`): texts a person reads, mapped to directives.
+    scripted_cues: str = ""
 
     @model_validator(mode="after")
     def _broker_defaults_to_store(self) -> Settings:

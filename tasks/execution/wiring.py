@@ -8,7 +8,7 @@ import redis
 
 from agent.policy import Backoff
 from agent.provider.base import Provider
-from agent.provider.scripted import ScriptedProvider, directive_script
+from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
 from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
@@ -32,9 +32,15 @@ class RedisCounter:
         return int(self._client.hincrby(keys.SCRIPTED_COUNTS, key, 1))
 
 
+@lru_cache(maxsize=4)
+def scripted_cues(spec: str) -> dict[str, Cue]:
+    """The cues `BATON_SCRIPTED_CUES` names, imported once per process."""
+    return load_cues(spec)
+
+
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     if settings.provider == "scripted":
-        return ScriptedProvider(directive_script(RedisCounter(client)))
+        return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
 
     return AnthropicProvider(idle_timeout=settings.stream_idle_timeout)

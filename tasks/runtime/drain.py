@@ -21,7 +21,7 @@ from typing import Any
 from celery import signals
 
 from agent import commands
-from agent.errors import ToolDefinitionError, ToolLoadError
+from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.live_trim import trim_live_text
@@ -76,17 +76,19 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
 
 @signals.worker_init.connect
 def _prepare_worker(**_: Any) -> None:
-    """Load what every task needs before the pool forks, and refuse to start with unloadable tools."""
+    """Load what every task needs before the pool forks; refuse to start with unloadable tools or cues."""
     if settings.provider == "anthropic":
         # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
         import agent.provider.anthropic_provider  # noqa: F401
     try:
         wiring.chat_tools(settings)
     except (ToolLoadError, ToolDefinitionError) as err:
-        log.critical("invalid settings: BATON_TOOLS: %s", err)
-        sys.stderr.write(f"invalid settings: BATON_TOOLS: {err}\n")
-        sys.stderr.flush()
-        os._exit(2)
+        _refuse_to_start("BATON_TOOLS", err)
+    if settings.provider == "scripted":
+        try:
+            wiring.scripted_cues(settings.scripted_cues)
+        except CueLoadError as err:
+            _refuse_to_start("BATON_SCRIPTED_CUES", err)
     # Probed here, before the pool forks; logged once the worker's logging is set up (in worker_ready).
     _sandbox_notice[:] = [check_sandbox()]
 
@@ -115,6 +117,14 @@ def check_sandbox() -> tuple[int, str]:
         )
     network = "with" if policy.network else "without"
     return logging.INFO, f"run_command runs in the bubblewrap sandbox, {network} network"
+
+
+def _refuse_to_start(variable: str, err: Exception) -> None:
+    # A bad setting must stop the worker at start, naming the variable, not fail every unit later.
+    log.critical("invalid settings: %s: %s", variable, err)
+    sys.stderr.write(f"invalid settings: {variable}: {err}\n")
+    sys.stderr.flush()
+    os._exit(2)
 
 
 @signals.worker_process_init.connect

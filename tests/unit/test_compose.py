@@ -6,6 +6,7 @@ deployment relies on. When a compose binary is installed, `config -q` is run as 
 
 import os
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -242,6 +243,25 @@ def test_flower_basic_auth_from_environment(services):
     assert SECRET_REF.match(pair["user"]) and SECRET_REF.match(pair["password"]), auth
     assert any(str(port).split(":")[-1] == "5555" for port in flower.get("ports", []))
     assert "/healthcheck" in " ".join(argv(flower["healthcheck"]["test"]))
+
+
+def test_flower_reads_the_shipped_config_with_retry_columns(services):
+    """Flower's --conf names the file the image copies from this repository's flowerconfig.py (so a missing copy
+    stops Flower at start), and that file's task list shows the retry count, the last exception and the args,
+    each a column Flower knows (it silently drops an unknown one)."""
+    conf = option_value(argv(services["flower"].get("command")), "--conf")
+    assert conf is not None, "flower must name its config file with --conf"
+    copies = {}
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and len(parts) == 3:
+            copies[parts[2]] = parts[1]
+    assert copies.get(conf) == "flowerconfig.py", f"the Dockerfile does not copy flowerconfig.py to {conf}"
+    columns = [c.strip() for c in runpy.run_path(str(REPO / "flowerconfig.py"))["tasks_columns"].split(",")]
+    assert {"retries", "exception", "args"} <= set(columns), columns
+    known = getattr(pytest.importorskip("flower.views.tasks"), "TASK_COLUMNS", None)
+    if known is not None:
+        assert set(columns) <= set(known), f"columns Flower does not know: {sorted(set(columns) - set(known))}"
 
 
 def test_no_service_uses_pickle(compose):
