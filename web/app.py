@@ -26,6 +26,7 @@ from config.settings import Settings, load_settings
 from tasks.client import Client
 from web import errors, routes_approvals, routes_chats, routes_runs
 from web.auth import require_token
+from web.stream import BLOCK_MS
 
 STATIC = Path(__file__).with_name("static")
 HEALTH_TIMEOUT = 2.0
@@ -40,6 +41,9 @@ def stream_store(settings: Settings) -> aioredis.Redis:
         max_connections=settings.api_redis_connections,
         timeout=5,
         client_name="baton-web",
+        # redis-py 8 reads with a 5 s socket timeout by default; a stream's XREAD blocks longer than that.
+        socket_timeout=BLOCK_MS / 1000 + 10,
+        socket_connect_timeout=5,
         health_check_interval=30,
     )
     return aioredis.Redis(connection_pool=pool)
