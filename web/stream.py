@@ -34,7 +34,7 @@ NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def parse_stream_id(raw: str) -> str:
     """A Redis stream id `MS-SEQ` (each part a 64-bit unsigned integer); ValueError otherwise."""
-    found = STREAM_ID.match(raw)
+    found = STREAM_ID.fullmatch(raw)
     if not found or any(int(part) >= 2**64 for part in found.groups()):
         raise ValueError(f"not a stream id (MS-SEQ, e.g. 1700000000000-0): {raw[:40]!r}")
     return raw
