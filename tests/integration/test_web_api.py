@@ -16,6 +16,7 @@ from tasks.demo.embedded_redis import free_port
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.processes import REPO, wait_until
+from tests.support.web_server import ApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -292,3 +293,58 @@ def test_serve_refuses_a_non_loopback_host_without_a_token(tmp_path):
     )
     assert out.returncode == 2
     assert "BATON_API_TOKEN" in out.stderr and "0.0.0.0" in out.stderr
+
+
+MOUNTING_APP = '''
+from fastapi import FastAPI
+
+from web.app import create_app
+
+app = FastAPI()
+
+
+@app.get("/")
+def home() -> dict:
+    return {"app": "mine"}
+
+
+app.mount("/baton", create_app())
+'''
+
+
+def test_create_app_mounts_in_an_existing_fastapi_app(stack, tmp_path):
+    """The README's integration, run by uvicorn: the host app keeps its routes, Baton's API, stream and
+    page answer under the prefix, and the token rule holds there too."""
+    stack.fake_api.set_handler(Script([text("mounted")]))
+    stack.worker()
+    (tmp_path / "myapp.py").write_text(MOUNTING_APP)
+    command = [sys.executable, "-m", "uvicorn", "myapp:app", "--app-dir", str(tmp_path)]
+    api = ApiServer({**stack.env, "BATON_API_TOKEN": TOKEN}, tmp_path, command=command).start()
+    try:
+        assert api.get("/") == (200, {"app": "mine"})
+        assert api.get("/baton/healthz", token=None) == (200, {"status": "ok"})
+        assert api.get("/baton/", token=None)[0] == 200
+        assert api.get("/baton/api/chats/m1/transcript", token=None)[0] == 401
+        status, sent = api.post("/baton/api/chats/m1/messages", {"text": "hi"})
+        assert status == 202
+        with api.stream("/baton/api/chats/m1/stream") as s:
+            messages = s.read_until(_completed)
+        _well_formed(messages)
+        assert api.get(f"/baton/api/chats/m1/turns/{sent['turn_id']}")[1]["reply"] == "mounted"
+    finally:
+        api.stop()
+
+
+def test_without_a_token_only_loopback_hosts_are_served(stack, serve):
+    """DNS rebinding guard: a token-less `baton serve` answers 400 to a request whose Host is a foreign
+    name (a page that re-resolved its own name to 127.0.0.1); with a token the token decides instead."""
+    open_api = serve()
+    foreign = {"Host": f"rebound.example:{open_api.port}"}
+    status, body = open_api.get("/api/chats/h1/transcript", headers=foreign)
+    assert status == 400 and "BATON_API_TOKEN" in body["detail"]
+    assert open_api.post("/api/chats/h1/messages", {"text": "hi"}, headers=foreign)[0] == 400
+    assert open_api.get("/api/chats/h1/transcript", headers={"Host": f"localhost:{open_api.port}"})[0] == 200
+    guarded = serve(BATON_API_TOKEN=TOKEN)
+    foreign = {"Host": f"api.example:{guarded.port}"}
+    assert guarded.get("/api/chats/h1/transcript", headers=foreign)[0] == 200
+    assert guarded.get("/api/chats/h1/transcript", headers=foreign, token=None)[0] == 401

@@ -20,12 +20,17 @@ from tests.support.sse_client import SseStream
 
 
 class ApiServer:
-    """`baton serve` as its own process; `stop()` ends it (SIGTERM, then SIGKILL)."""
+    """`baton serve` (or another ASGI server command) as its own process; `stop()` ends it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, env: dict[str, str], logdir: Path, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, env: dict[str, str], logdir: Path, *, host: str = "127.0.0.1", command: list[str] | None = None
+    ) -> None:
+        """`command` replaces `baton serve` (e.g. uvicorn on an app that mounts create_app); it gets
+        `--host H --port P` appended."""
         self.env = env
         self.host = host
         self.port = free_port()
+        self.command = command or [sys.executable, "-m", "tasks.cli", "serve"]
         self.log_path = logdir / f"serve-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -39,7 +44,7 @@ class ApiServer:
 
     def start(self, timeout: float = 30) -> ApiServer:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "tasks.cli", "serve", "--host", self.host, "--port", str(self.port)]
+        cmd = [*self.command, "--host", self.host, "--port", str(self.port)]
         self.proc = subprocess.Popen(
             cmd, cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -9,9 +9,10 @@ import logging
 import pytest
 
 from config.settings import Settings
-from tasks.cli.serve import RedactToken, is_loopback, page_url, refusal
+from tasks.cli.serve import RedactToken, page_url, refusal
 from web.auth import presented_token, token_ok
 from web.errors import describe
+from web.hosts import host_of, is_loopback
 from web.stream import parse_stream_id, resume_from, to_message
 
 
@@ -133,3 +134,13 @@ def test_ids_are_checked_whole(raw):
     with pytest.raises(ValidationError, match="chat_id must be"):
         check_id(raw, "chat_id")
     assert check_id("c1.a_b-2", "chat_id") == "c1.a_b-2"
+
+
+@pytest.mark.parametrize(
+    ("header", "host"),
+    [("127.0.0.1:8000", "127.0.0.1"), ("localhost", "localhost"), ("[::1]:8000", "::1"), ("[::1]", "::1"),
+     ("evil.example:80", "evil.example"), ("", ""), ("::1", "::1")],
+)  # fmt: skip
+def test_host_header_parsing(header, host):
+    """The host part of a Host header, IPv6 brackets included, so the loopback guard judges the name."""
+    assert host_of(header) == host
