@@ -348,3 +348,29 @@ def test_without_a_token_only_loopback_hosts_are_served(stack, serve):
     foreign = {"Host": f"api.example:{guarded.port}"}
     assert guarded.get("/api/chats/h1/transcript", headers=foreign)[0] == 200
     assert guarded.get("/api/chats/h1/transcript", headers=foreign, token=None)[0] == 401
+
+
+def test_a_long_backlog_is_paged_without_a_gap_and_live_entries_follow(stack, serve):
+    """1,234 stored entries (more than two XRANGE pages), one of them unreadable: a read from the start and
+    one resumed at the page boundary get every readable entry once, in order; then a live one arrives."""
+    import json
+
+    from tasks.store import keys
+
+    r = redis.Redis.from_url(stack.redis_server.url)
+    key = keys.events(keys.owner("chat", "long"))
+    ids = []
+    for i in range(1234):
+        raw = "not json" if i == 700 else json.dumps({"type": "text.delta", "chat_id": "long", "index": i, "text": "x"})
+        ids.append(r.xadd(key, {"e": raw}).decode())
+    readable = [sid for i, sid in enumerate(ids) if i != 700]
+    api = serve()
+    with api.stream("/api/chats/long/stream") as s:
+        got = s.read_until(lambda m: m.id == readable[-1])
+    assert [m.id for m in got] == readable
+    assert [m.data["index"] for m in got] == [i for i in range(1234) if i != 700]
+    with api.stream("/api/chats/long/stream", last_event_id=ids[499]) as s:
+        rest = s.read_until(lambda m: m.id == readable[-1])
+        assert [m.id for m in rest] == readable[500:]  # exclusive: ids[499] itself is not sent again
+        live = r.xadd(key, {"e": json.dumps({"type": "turn.queued", "chat_id": "long"})}).decode()
+        assert next(s.messages()).id == live
