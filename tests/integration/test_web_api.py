@@ -374,3 +374,25 @@ def test_a_long_backlog_is_paged_without_a_gap_and_live_entries_follow(stack, se
         assert [m.id for m in rest] == readable[500:]  # exclusive: ids[499] itself is not sent again
         live = r.xadd(key, {"e": json.dumps({"type": "turn.queued", "chat_id": "long"})}).decode()
         assert next(s.messages()).id == live
+
+
+def test_concurrent_posts_through_the_threadpool_each_enqueue_one_turn(stack, serve):
+    """Twenty messages posted at once (the sync client shared by the server's threadpool): twenty 202s,
+    twenty distinct turns, each completed once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tasks.client import TurnRef
+
+    n = 20
+    stack.fake_api.set_handler(Script([text("ok")] * n))
+    stack.worker()
+    api = serve()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        answers = list(pool.map(lambda i: api.post(f"/api/chats/many{i}/messages", {"text": f"hi {i}"}), range(n)))
+    assert [status for status, _ in answers] == [202] * n
+    assert len({body["turn_id"] for _, body in answers}) == n
+    client = stack.client()
+    for _, body in answers:
+        ref = TurnRef(chat_id=body["chat_id"], turn_id=body["turn_id"], task_id=body["task_id"])
+        assert client.wait(ref, timeout=60).status == "completed"
+    assert stack.fake_api.request_count == n
