@@ -143,6 +143,8 @@ def test_the_token_rule(stack, serve):
     with api.stream(f"/api/chats/c4/stream?token={TOKEN}", token=None) as s:
         assert s.status == 200 and next(s.events()) == "open"
     assert api.get("/healthz", token=None)[0] == 200
+    assert api.get("/openapi.json", token=None)[0] == 200
+    assert api.get("/api/openapi.json", token=None)[0] == 401  # nothing under /api is open
     status, page = api.get("/", token=None)
     assert status == 200 and "<html" in page.lower()
     assert TOKEN not in api.log()  # the access log shows ?token=***
