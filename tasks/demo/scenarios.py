@@ -7,10 +7,12 @@ from what happened (events, records, tool call counts in Redis), never printed o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +37,8 @@ class Scenario:
 
     name: str
     ident: str = ""  # the chat id or run id, so a caller can point at it (a page, `baton transcript`)
+    kind: str = "chat"  # or "run"
+    page: str = ""  # where the chat page shows it
     verdict: bool = False
     summary: str = ""
     timeline: list[str] = field(default_factory=list)
@@ -81,7 +85,10 @@ def _stream_order(event_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def run_demo(out: Callable[[str], None]) -> list[Scenario]:
+def run_demo(
+    out: Callable[[str], None], *, keep: bool = False, report: Callable[[list[Scenario]], None] | None = None
+) -> list[Scenario]:
+    """Tour the scenarios on a private stack; `report` sees them before the stack stops (`keep`: on Ctrl-C)."""
     from tasks.client import Client
 
     with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp:
@@ -94,6 +101,10 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
             r = redis.Redis.from_url(stack.url)
             _reset_counts(r)
             tag = uuid.uuid4().hex[:6]
+            page = stack.start_page()
+            out(f"the chat page (baton serve) is on {page}/ ; each scenario live in a browser:")
+            for n, what in enumerate(("chat", "chat", "chat", "run", "chat"), 1):
+                out(f"  {n}. {page}/?{what}=demo-{tag}-{n}")
             if os.environ.get("ANTHROPIC_API_KEY"):
                 # With a key, the first scenario talks to the real provider; the fault scenarios stay
                 # scripted, since only the scripted provider can be told to fail on cue.
@@ -108,10 +119,18 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
                 first,
                 _stream_replay(client, r, f"demo-{tag}-2"),
                 _resume_round(client, r, f"demo-{tag}-3"),
-                _drain_run(client, r, stack, Path(tmp) / "workspace"),
+                _drain_run(client, r, stack, Path(tmp) / "workspace", f"demo-{tag}-4"),
                 _stop_mid_tool(client, r, f"demo-{tag}-5"),
             ]
             client.close()
+            for scenario in scenarios:
+                scenario.page = f"{page}/?{scenario.kind}={scenario.ident}"
+            if report is not None:
+                report(scenarios)
+            if keep:
+                out(f"\nThe stack and the page stay up: {page}/ (Ctrl-C to stop everything).")
+                with contextlib.suppress(KeyboardInterrupt):
+                    threading.Event().wait()
             return scenarios
         finally:
             stack.stop()
@@ -155,12 +174,12 @@ def _resume_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
     return s
 
 
-def _drain_run(client: Any, r: redis.Redis, stack: DemoStack, workspace: Path) -> Scenario:
-    s = Scenario("a coding run drained mid-run: its finished steps replayed from the journal, not redone")
+def _drain_run(client: Any, r: redis.Redis, stack: DemoStack, workspace: Path, run_id: str) -> Scenario:
+    s = Scenario("a coding run drained mid-run: its finished steps replayed from the journal, not redone", kind="run")
     workspace.mkdir()
     stack.start_worker("worker-b")
     notes_before = _calls(r, "save_note")  # the chat scenario saved a note too
-    ref = client.start_run(said.PROJECT, workspace=workspace)
+    ref = client.start_run(said.PROJECT, workspace=workspace, run_id=run_id)
     s.ident = ref.run_id
     # Wait for a finished tool step: its journal entry and its run.step event are one fenced write, so the
     # event means the step is in the journal.
@@ -242,39 +261,35 @@ def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
     return s
 
 
-def main(json_output: bool = False) -> int:
+def main(json_output: bool = False, keep: bool = False) -> int:
     lines: list[str] = []
     say = (lambda line: lines.append(line)) if json_output else print
-    try:
-        scenarios = run_demo(say)
-    except RuntimeError as err:
-        print(f"baton demo: {err}", file=sys.stderr)
-        return 1
-    if json_output:
-        print(
-            json.dumps(
-                {
-                    "scenarios": [
-                        {
-                            "name": s.name,
-                            "id": s.ident,
-                            "verdict": "pass" if s.verdict else "FAIL",
-                            "summary": s.summary,
-                            "timeline": s.timeline,
-                        }
-                        for s in scenarios
-                    ],
-                    "log": lines,
-                }
-            )
-        )
-    else:
+    verdicts: list[bool] = []
+
+    def report(scenarios: list[Scenario]) -> None:
+        verdicts.extend(s.verdict for s in scenarios)
+        if json_output:
+            print(json.dumps({"scenarios": [_as_json(s) for s in scenarios], "log": lines}), flush=True)
+            return
         for number, s in enumerate(scenarios, 1):
             print(f"\n{number}. {s.name}")
             for line in s.timeline:
                 print(f"     {line}")
             print(f"   → {s.summary}")
+            print(f"   (on the page: {s.page})")
         print("\nVerdicts:")
         for s in scenarios:
-            print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}")
-    return 0 if all(s.verdict for s in scenarios) else 1
+            print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}", flush=True)
+
+    try:
+        run_demo(say, keep=keep, report=report)
+    except RuntimeError as err:
+        print(f"baton demo: {err}", file=sys.stderr)
+        return 1
+    return 0 if verdicts and all(verdicts) else 1
+
+
+def _as_json(s: Scenario) -> dict[str, Any]:
+    verdict = "pass" if s.verdict else "FAIL"
+    return {"name": s.name, "id": s.ident, "page": s.page, "verdict": verdict, "summary": s.summary,
+            "timeline": s.timeline}

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import redis
 
 from tasks.demo import conversation as said
-from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server, reachable
+from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server, free_port, reachable
 from tasks.demo.local_worker import worker_command
 from tasks.store import keys
 from tasks.store.lease import holder_node
@@ -27,6 +30,7 @@ class DemoStack:
         self.queue = f"demo-{uuid.uuid4().hex[:6]}"
         self.live_queue = f"{self.queue}-live"
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.page: subprocess.Popen[bytes] | None = None
 
     def start_redis(self) -> str:
         if self.url and reachable(self.url):
@@ -68,6 +72,21 @@ class DemoStack:
                 raise RuntimeError(f"worker {name} did not start; see {self.workdir / f'worker-{name}.log'}")
             time.sleep(0.05)
 
+    def start_page(self) -> str:
+        """`baton serve` on a free loopback port against the demo's Redis; returns its URL once it answers."""
+        port = free_port()
+        log = open(self.workdir / "serve.log", "ab")  # noqa: SIM115 - owned by the child process
+        cmd = [sys.executable, "-m", "tasks.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        env = {k: v for k, v in self.env().items() if k != "BATON_API_TOKEN"}  # loopback only: no token needed
+        self.page = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while not _answers(f"{url}/healthz"):
+            if self.page.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"baton serve did not start; see {self.workdir / 'serve.log'}")
+            time.sleep(0.05)
+        return url
+
     def node(self, owner_id: str) -> str | None:
         """The worker (its name in this demo) whose execution holds a chat's or run's lease now."""
         with redis.Redis.from_url(self.url) as conn:
@@ -82,7 +101,7 @@ class DemoStack:
         return time.monotonic() - started
 
     def stop(self) -> None:
-        for proc in self.workers.values():
+        for proc in [*self.workers.values(), *([self.page] if self.page is not None else [])]:
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -91,3 +110,9 @@ class DemoStack:
                     proc.kill()
         if self.redis is not None:
             self.redis.stop()
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+        return bool(response.status == 200)
+    return False

@@ -76,3 +76,43 @@ def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path
     assert "transcript:" in first["timeline"]
     assert any("18°C" in line for line in first["timeline"])
     assert fake_api.request_count == 2
+
+
+def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path):
+    """`baton demo --keep` prints each scenario's page link, keeps `baton serve` up after the tour (the page and
+    each scenario's transcript answer over HTTP), and stops everything on Ctrl-C (SIGINT)."""
+    import signal
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tasks.cli", "demo", "--json", "--keep"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        report = json.loads(proc.stdout.readline())  # the report is printed before the demo waits
+        pages = [s["page"] for s in report["scenarios"]]
+        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 5
+        assert [p.split("?")[1].split("=")[0] for p in pages] == ["chat", "chat", "chat", "run", "chat"]
+        base, query = pages[0].split("/?")
+        with urllib.request.urlopen(pages[0], timeout=10) as response:
+            assert response.status == 200 and "<html" in response.read().decode().lower()
+        with urllib.request.urlopen(f"{base}/api/chats/{query.split('=')[1]}/transcript", timeout=10) as response:
+            assert len(json.loads(response.read())["messages"]) >= 4
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{base}/healthz", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
