@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +20,7 @@ class FailureClass(StrEnum):
     PROVIDER_SERVER_ERROR = "provider_server_error"
     PROVIDER_AUTH = "provider_auth"
     PROVIDER_BAD_REQUEST = "provider_bad_request"
+    CONTEXT_OVERFLOW = "context_overflow"
     BUDGET_EXCEEDED = "budget_exceeded"
     ROUND_CEILING = "round_ceiling"
     TOOL_ERROR = "tool_error"
@@ -32,6 +34,27 @@ class Classified:
 
     failure_class: FailureClass
     retry_after: float | None = None
+
+
+# The API's words for a request past the model's window: "prompt is too long: 210000 tokens > 200000 maximum".
+_TOO_LONG = re.compile(r"prompt is too long(?::\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum)?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """What a "prompt is too long" answer said: the request's size and the window, when it gave them."""
+
+    tokens: int | None
+    maximum: int | None
+
+
+def overflow_in(message: str) -> Overflow | None:
+    """The overflow a provider error message reports, or None when it is about something else."""
+    found = _TOO_LONG.search(message or "")
+    if found is None:
+        return None
+    tokens, maximum = found.groups()
+    return Overflow(int(tokens) if tokens else None, int(maximum) if maximum else None)
 
 
 class IncompleteStream(Exception):
@@ -57,7 +80,9 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
 
 
-def _status_class(status: int, error_type: str | None) -> FailureClass:
+def _status_class(status: int, error_type: str | None, message: str = "") -> FailureClass:
+    if status in (400, 413) and overflow_in(message) is not None:
+        return FailureClass.CONTEXT_OVERFLOW
     if error_type == "overloaded_error" or status == 529:
         return FailureClass.PROVIDER_OVERLOADED
     if error_type == "rate_limit_error" or status == 429:
@@ -85,6 +110,16 @@ def _error_type(err: Any) -> str | None:
     return getattr(err, "type", None) if isinstance(getattr(err, "type", None), str) else None
 
 
+def _error_message(err: Any) -> str:
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        text = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(text, str):
+            return text
+    return str(getattr(err, "message", "") or "")
+
+
 def _classify_one(exc: BaseException) -> Classified | None:
     # Imported here so that the enum and policy (read by every CLI call) do not pay for the SDK's import.
     import anthropic
@@ -100,7 +135,8 @@ def _classify_one(exc: BaseException) -> Classified | None:
         return Classified(FailureClass.PROVIDER_STALL)
     if isinstance(exc, anthropic.APIStatusError):
         retry_after = retry_after_seconds(exc.response.headers.get("retry-after"))
-        return Classified(_status_class(exc.status_code, _error_type(exc)), retry_after)
+        failure_class = _status_class(exc.status_code, _error_type(exc), _error_message(exc))
+        return Classified(failure_class, retry_after)
     if isinstance(
         exc,
         IncompleteStream | anthropic.APIConnectionError | httpx2.TransportError | ConnectionError,

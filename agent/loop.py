@@ -8,24 +8,28 @@ the middle of one is known and never blindly repeated.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.cancel import CancelToken
+from agent.context import DEFAULT_CONTEXT_TOKENS, Fit, choose_cut, compaction_for, fit_at, result_cap_chars
 from agent.errors import BatonError, Cancelled
-from agent.failures import FailureClass
+from agent.failures import FailureClass, overflow_in
 from agent.history import repair
 from agent.live import LiveText, NoLiveText
 from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, to_api
 from agent.policy import Backoff, Driver
-from agent.provider.base import Answer, Provider, ProviderRequest, TokenUsage
+from agent.provider.base import Answer, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
+from agent.request import RequestShape, build_request, plan_cut
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
-from agent.tools import Tool, ToolOutcome, execute
+from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 
 EventDraft = tuple[str, dict[str, Any]]
+log = logging.getLogger("baton.loop")
 
 
 class Edge(Protocol):
@@ -68,6 +72,8 @@ class LoopConfig:
     # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
     # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
     message_prefix: str | None = None
+    prompt_cache: bool = True  # send cache_control breakpoints (agent/caching.py)
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/context.py)
 
 
 def run_loop(
@@ -133,27 +139,33 @@ def _model_step(
     if recorded is not None:
         answer = answer_from_record(recorded)
         state.usage.add(
-            input_tokens=recorded["usage"]["input_tokens"],
-            output_tokens=recorded["usage"]["output_tokens"],
+            TokenUsage.from_dict(recorded["usage"]),
             attempts=recorded["attempts"],
             discarded=recorded["discarded_attempts"],
         )
+        state.elided_before = max(state.elided_before, int(recorded.get("elided_before", 0)))
         return answer
     message_id = step_message_id(config, state)
-    request = ProviderRequest(
-        model=config.model,
-        messages=to_api(repair([*history, *state.messages])),
-        tools=tool_specs,
-        system=config.system,
-    )
+    shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
+    messages = to_api(repair([*history, *state.messages]))
+    compact_id = f"compact:{state.rounds_used}"
+    compacted = edge.recorded(compact_id)
+    if compacted is not None:  # an earlier execution compacted this step: send what it sent
+        fit = fit_at(shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])))
+    else:
+        fit = plan_cut(shape, messages, current=state.elided_before)
+    if fit.tokens > config.context_tokens:
+        raise LoopFailure(
+            f"the request needs about {fit.tokens} tokens with every old tool result elided; "
+            f"the context budget (BATON_CONTEXT_TOKENS) is {config.context_tokens}",
+            FailureClass.CONTEXT_OVERFLOW,
+        )
 
     kind = "turn.retry" if config.driver is Driver.CHAT_TURN else "run.step"
     ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
 
     def on_retry(notice: RetryNotice) -> None:
-        state.usage.add(
-            input_tokens=notice.usage.input_tokens, output_tokens=notice.usage.output_tokens, attempts=1, discarded=1
-        )
+        state.usage.add(notice.usage, attempts=1, discarded=1)
         live.discarded(message_id, notice.attempt)
         edge.emit([(kind, {**ids, **_retry_event(notice)})])
 
@@ -167,34 +179,57 @@ def _model_step(
     def on_text(attempt: int, text: str) -> None:
         live.text(message_id, attempt, text)
 
-    before = state.usage.model_copy()
-    try:
-        outcome = request_with_replay(
-            provider,
-            request,
-            message_id=message_id,
-            budget=config.retry_budget,
-            backoff=config.backoff,
-            cancel=cancel,
-            driver=config.driver,
-            on_retry=on_retry,
-            on_text=on_text,
-            first_attempt=start.attempts_before + 1,
-        )
-    except RequestFailed as failed:
-        # The attempt that ended the request was made (and billed) too: count every attempt, once.
-        state.usage = before
-        state.usage.add(
-            input_tokens=failed.usage.input_tokens,
-            output_tokens=failed.usage.output_tokens,
-            attempts=failed.attempts,
-            discarded=failed.discarded_attempts,
-        )
-        raise
+    spent = TokenUsage()  # what the sends before this one cost (a refused over-long request)
+    made = 0  # attempts before this send
+    while True:
+        request = build_request(shape, messages, cut=fit.cut)
+        before = state.usage.model_copy()
+        try:
+            outcome = request_with_replay(
+                provider,
+                request,
+                message_id=message_id,
+                budget=config.retry_budget,
+                backoff=config.backoff,
+                cancel=cancel,
+                driver=config.driver,
+                on_retry=on_retry,
+                on_text=on_text,
+                first_attempt=start.attempts_before + made + 1,
+            )
+        except RequestFailed as failed:
+            # The attempt that ended the request was made (and billed) too: count every attempt, once.
+            state.usage = before
+            state.usage.add(failed.usage, attempts=failed.attempts, discarded=failed.discarded_attempts)
+            refit = _compacted(failed, shape, messages, fit) if made == 0 else None
+            if refit is None:
+                raise
+            # "prompt is too long": elide more, journal the decision (a replay sends the same bytes), re-send once.
+            spent, made, fit = spent + failed.usage, failed.attempts, refit
+            attempt = start.attempts_before + made
+            live.discarded(message_id, attempt)
+            notice = {
+                "message_id": message_id,
+                "discarded": True,
+                "attempt": attempt,
+                "class": str(FailureClass.CONTEXT_OVERFLOW),
+                "reason": f"{failed}; compacting: old tool results elided before message {fit.cut}",
+                "had_output": False,
+                "delay": 0.0,
+            }
+            edge.record(compact_id, {"kind": "compact", "status": "decided", "elided_before": fit.cut},
+                        [(kind, {**ids, **notice})])
+            continue
+        break
+    state.elided_before = fit.cut
     answer = outcome.answer
     live.ended(message_id)
-    state.usage.add(
-        input_tokens=answer.usage.input_tokens, output_tokens=answer.usage.output_tokens, attempts=1, discarded=0
+    state.usage.add(answer.usage, attempts=1, discarded=0)
+    usage = spent + outcome.usage
+    log.info(
+        "model step %s: %d attempts; input %d, cache writes %d, cache reads %d, output %d tokens",
+        step_id, made + outcome.attempts, usage.input_tokens, usage.cache_creation_input_tokens,
+        usage.cache_read_input_tokens, usage.output_tokens,
     )
     record = {
         "kind": "model",
@@ -202,18 +237,32 @@ def _model_step(
         "message_id": answer.message_id,
         "content": [b.model_dump() for b in answer.content],
         "stop_reason": answer.stop_reason,
-        "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": outcome.usage.output_tokens},
-        "attempts": outcome.attempts,
-        "discarded_attempts": outcome.discarded_attempts,
+        "usage": usage.as_dict(),
+        "attempts": made + outcome.attempts,
+        "discarded_attempts": made + outcome.discarded_attempts,
+        "elided_before": fit.cut,
+        "unit_usage": state.usage.model_dump(),
     }
     events: list[EventDraft] = [
         ("tool.called", {"turn_id": config.turn_id, "tool_use_id": b.id, "name": b.name, "input": b.input})
         for b in answer.tool_uses
     ]
     if config.driver is Driver.CODING_RUN:
-        events.insert(0, ("run.step", {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses]}))
+        step = {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses], "usage": usage.as_dict()}
+        events.insert(0, ("run.step", step))
     edge.record(step_id, record, events)
     return answer
+
+
+def _compacted(failed: RequestFailed, shape: RequestShape, messages: list[dict[str, Any]], fit: Fit) -> Fit | None:
+    """The fit to re-send after "prompt is too long", or None when eliding more cannot make it fit."""
+    if FailureClass(failed.failure_class) is not FailureClass.CONTEXT_OVERFLOW:
+        return None
+    plan = compaction_for(overflow_in(str(failed)), sent_estimate=fit.tokens, budget=shape.context_tokens)
+    refit = choose_cut(shape.overhead, messages, current=fit.cut, budget=plan.target, target=plan.target)
+    if refit.cut <= fit.cut or refit.tokens > plan.ceiling:
+        return None
+    return refit
 
 
 def step_message_id(config: LoopConfig, state: LoopState) -> str:
@@ -237,7 +286,7 @@ def answer_from_record(record: dict[str, Any]) -> Answer:
     content: list[TextBlock | ToolUseBlock] = []
     for block in record["content"]:
         content.append(TextBlock(**block) if block["type"] == "text" else ToolUseBlock(**block))
-    usage = TokenUsage(record["usage"]["input_tokens"], record["usage"]["output_tokens"])
+    usage = TokenUsage.from_dict(record["usage"])
     return Answer(record.get("message_id", ""), tuple(content), record.get("stop_reason"), usage)
 
 
@@ -315,9 +364,9 @@ def _tool_step(
             return block
         outcome, status = ran, "error" if ran.is_error else "ok"
     synthesized = status == "interrupted"
-    block = ToolResultBlock(
-        tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error, synthesized=synthesized
-    )
+    # Capped when recorded (head and tail kept), tighter under a small context budget.
+    content = cap_result(outcome.content, result_cap_chars(config.context_tokens, RESULT_CAP_CHARS))
+    block = ToolResultBlock(tool_use_id=call.id, content=content, is_error=outcome.is_error, synthesized=synthesized)
     _account(state, call, effect, block, status=status, executed=status in ("ok", "error"))
     record = {
         "kind": "tool",

@@ -48,6 +48,13 @@ _BASE: dict[F, Policy] = {
     F.PROVIDER_SERVER_ERROR: Policy(True, True, 1, True, "a 5xx from the provider is usually transient"),
     F.PROVIDER_AUTH: Policy(False, False, 0, False, "the API key is missing or refused; retrying cannot help"),
     F.PROVIDER_BAD_REQUEST: Policy(False, False, 0, False, "the provider rejected the request itself"),
+    F.CONTEXT_OVERFLOW: Policy(
+        False,
+        False,
+        0,
+        False,
+        "the conversation does not fit the model's window even after one compaction; re-sending it cannot help",
+    ),
     F.BUDGET_EXCEEDED: Policy(False, False, 0, False, "the token, step or time budget is spent"),
     F.ROUND_CEILING: Policy(False, False, 0, False, "the turn used all its tool rounds; ask a narrower question"),
     F.TOOL_ERROR: Policy(True, False, 0, False, "a tool could not run; the owner decides whether to try again"),
@@ -60,6 +67,15 @@ _OVERRIDES: dict[tuple[Driver, F], Policy] = {
     # which re-runs no finished step, so one automatic resume is as cheap as for a chat turn.
     (Driver.CODING_RUN, F.BUDGET_EXCEEDED): Policy(
         False, False, 0, False, "the run used its step or wall-clock budget; start a new run to go on"
+    ),
+    # The loop already compacted once (agent/context.py) before this class is raised: a retry would rebuild
+    # the same over-long request, so neither driver retries or resumes it.
+    (Driver.CODING_RUN, F.CONTEXT_OVERFLOW): Policy(
+        False,
+        False,
+        0,
+        False,
+        "the run's current round outgrew the context window even with old tool results elided; start a new run",
     ),
 }
 

@@ -30,6 +30,7 @@ class StoredRound(BaseModel):
     executed: tuple[str, ...] = ()
     tool_log: tuple[ToolLogEntry, ...] = ()
     rounds_used: int = 0
+    elided_before: int = 0  # the context budget's cut (agent/context.py), so a resume sends the same bytes
     extra: dict[str, str] = Field(default_factory=dict)  # driver-specific position (a run's journal generation)
 
 
@@ -59,6 +60,7 @@ def build_round(
             executed=tuple(state.executed),
             tool_log=tuple(state.tool_log),
             rounds_used=state.rounds_used,
+            elided_before=state.elided_before,
         )
         data = stored.model_dump_json().encode()
     except (ValueError, TypeError, ValidationError):
@@ -111,6 +113,7 @@ def seed_state(stored: StoredRound) -> LoopState:
         executed=list(stored.executed),
         tool_log=list(stored.tool_log),
         resumed=True,
+        elided_before=stored.elided_before,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.messages import Message
+from agent.provider.base import TokenUsage
 
 
 class Usage(BaseModel):
@@ -16,12 +17,17 @@ class Usage(BaseModel):
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
     attempts: int = 0
     discarded_attempts: int = 0
 
-    def add(self, *, input_tokens: int, output_tokens: int, attempts: int, discarded: int) -> None:
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
+    def add(self, tokens: TokenUsage, *, attempts: int, discarded: int) -> None:
+        """Count attempts and what they were billed (every input figure: plain, cache writes, cache reads)."""
+        self.input_tokens += tokens.input_tokens
+        self.output_tokens += tokens.output_tokens
+        self.cache_creation_input_tokens += tokens.cache_creation_input_tokens
+        self.cache_read_input_tokens += tokens.cache_read_input_tokens
         self.attempts += attempts
         self.discarded_attempts += discarded
 
@@ -59,6 +65,9 @@ class LoopState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     resumed: bool = False
     reply: str | None = None
+    # Model-API messages [0, elided_before) have their tool results elided (agent/context.py). Journaled with
+    # each model step, so a replay or a resume elides exactly as the execution that sent the request did.
+    elided_before: int = 0
 
 
 def dedup_key(name: str, arguments: dict[str, Any]) -> str:

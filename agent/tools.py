@@ -124,11 +124,17 @@ def _schema_for(f: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
 
 
 def cap_result(text: str, limit: int = RESULT_CAP_CHARS) -> str:
-    """The one seam every tool result passes through before it re-enters a prompt."""
+    """The one seam every tool result passes through before it re-enters a prompt.
+
+    Over `limit`, the head (three quarters of it) and the tail (the rest) are kept and the cut is marked
+    between them: a command's exit status comes first and its last lines (where errors land) last.
+    """
     if len(text) <= limit:
         return text
+    tail = limit // 4
+    head = limit - tail
     cut = len(text) - limit
-    return f"{text[:limit]}\n[… {cut} characters cut]"
+    return f"{text[:head]}\n[… {cut} characters cut …]\n{text[len(text) - tail:] if tail else ''}"
 
 
 def _render(value: Any) -> str:

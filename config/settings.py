@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     round_max_bytes: int = Field(98304, ge=1024)
     max_interruptions: int = Field(3, ge=0, le=100)
     max_rounds: int = Field(12, ge=1, le=200)
+    # Long runs (contract: "prompt caching and the context budget"). Unset context_tokens: the model's window.
+    prompt_cache: Literal["on", "off"] = "on"
+    context_tokens: int | None = Field(None, ge=1000, le=10_000_000)
     sandbox: Literal["bwrap", "none"] = "bwrap"
     sandbox_network: Literal["off", "on"] = "off"
     # Host uid a root worker becomes before bwrap, so the sandbox's process limit binds (the kernel never

@@ -17,17 +17,57 @@ class ProviderRequest:
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
-    system: str | None = None
+    # A string, or text blocks (the form that can carry `cache_control`, see agent/caching.py).
+    system: str | list[dict[str, Any]] | None = None
     max_tokens: int = 4096
 
 
 @dataclass(frozen=True)
 class TokenUsage:
+    """What one attempt (or a sum of attempts) was billed, as the Messages API reports it.
+
+    The three input figures are disjoint and all count toward the context window: `input_tokens` after
+    the last cache breakpoint, `cache_creation_input_tokens` written to the cache (1.25x the input price),
+    `cache_read_input_tokens` read from it (0.1x).
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every input token of the request, cached or not: what the context window holds."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        """The JSON form journal records and events carry."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> TokenUsage:
+        """Read a stored usage; records written before the cache fields existed read them as 0."""
+        data = data or {}
+        return cls(
+            int(data.get("input_tokens") or 0),
+            int(data.get("output_tokens") or 0),
+            int(data.get("cache_creation_input_tokens") or 0),
+            int(data.get("cache_read_input_tokens") or 0),
+        )
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,16 @@ class Snapshot:
     stop_reason: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
     stopped: bool = False
     had_output: bool = False
 
     @property
     def usage(self) -> TokenUsage:
-        return TokenUsage(self.input_tokens, self.output_tokens)
+        return TokenUsage(
+            self.input_tokens, self.output_tokens, self.cache_creation_input_tokens, self.cache_read_input_tokens
+        )
 
     def to_answer(self) -> Answer:
         content: list[TextBlock | ToolUseBlock] = []
@@ -48,6 +52,8 @@ def accumulate(event: dict[str, Any], snapshot: Snapshot) -> Snapshot:
         usage = message.get("usage") or {}
         snapshot.input_tokens = usage.get("input_tokens", 0) or 0
         snapshot.output_tokens = usage.get("output_tokens", 0) or 0
+        snapshot.cache_creation_input_tokens = usage.get("cache_creation_input_tokens", 0) or 0
+        snapshot.cache_read_input_tokens = usage.get("cache_read_input_tokens", 0) or 0
     elif kind == "content_block_start":
         block = dict(event["content_block"])
         if block.get("type") == "tool_use":
@@ -67,8 +73,11 @@ def accumulate(event: dict[str, Any], snapshot: Snapshot) -> Snapshot:
         usage = event.get("usage") or {}
         if usage.get("output_tokens") is not None:
             snapshot.output_tokens = usage["output_tokens"]
-        if usage.get("input_tokens"):
-            snapshot.input_tokens = usage["input_tokens"]
+        # The final usage may restate the input figures (cumulative, as the API sends them); absent or
+        # null, the ones from message_start stand.
+        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            if usage.get(name):
+                setattr(snapshot, name, usage[name])
     elif kind == "message_stop":
         snapshot.stopped = True
     return snapshot

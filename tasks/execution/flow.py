@@ -13,6 +13,7 @@ import time
 import redis
 
 from agent.cancel import CancelToken
+from agent.context import context_window
 from agent.errors import Cancelled, LeaseLost
 from agent.failures import classify
 from agent.loop import LoopConfig, LoopFailure, run_loop
@@ -191,6 +192,8 @@ class Execution(Settling):
             drain_grace=settings.drain_grace,
             # A new generation starts a new journal, so its steps get new ids (a resume keeps the old rounds').
             message_prefix=unit.unit_id if rec.generation == 0 else f"{unit.unit_id}:g{rec.generation}",
+            prompt_cache=settings.prompt_cache == "on",
+            context_tokens=settings.context_tokens or context_window(settings.model),
         )
 
     def _seed(self, rec: UnitRecord, journal: RedisJournal) -> LoopState:

@@ -45,7 +45,10 @@ class RedisJournal:
             .add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
         )
         if record.get("status") == "done" and step_id != "seed":
-            batch.hset(self.record_key, {"steps": self.done_steps + 1, "updated_at": time.time()})
+            fields: dict[str, Any] = {"steps": self.done_steps + 1, "updated_at": time.time()}
+            if "unit_usage" in record:  # a model step: `baton status` shows the usage so far, mid-run
+                fields["usage"] = record["unit_usage"]
+            batch.hset(self.record_key, fields)
         self.add_events(batch, events)
         self._fence.commit(batch)
         if record.get("status") == "done" and step_id != "seed":

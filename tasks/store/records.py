@@ -25,8 +25,12 @@ class Failure(BaseModel):
 
 
 class UsageOut(BaseModel):
+    """`usage` of `baton send/status --json`: every attempt's tokens, discarded attempts included."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
     attempts: int = 0
     discarded_attempts: int = 0
 
@@ -109,6 +113,7 @@ class RunStatus(BaseModel):
     steps: int
     reply: str | None
     failure: dict[str, Any] | None
+    usage: UsageOut
 
 
 def turn_result(rec: UnitRecord) -> TurnResult:
@@ -133,4 +138,5 @@ def run_status(rec: UnitRecord) -> RunStatus:
         steps=rec.steps,
         reply=rec.reply,
         failure=rec.failure.public() if rec.failure else None,
+        usage=rec.usage,
     )

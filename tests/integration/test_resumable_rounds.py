@@ -86,6 +86,8 @@ def test_a_provider_failure_after_a_tool_round_resumes_automatically_once(stack,
     assert result.usage.model_dump() == {
         "input_tokens": 20,
         "output_tokens": 10,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
         "attempts": 3,
         "discarded_attempts": 1,
     }

@@ -23,7 +23,7 @@ from tests.support.processes import REPO, wait_until
 
 pytestmark = pytest.mark.integration
 
-RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure"}
+RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage"}
 REJECTED = failing(Fault(kind="http", status=400, message="fake_anthropic: this request is refused"))
 
 

@@ -21,7 +21,7 @@ from tests.support.web_server import ApiServer
 pytestmark = pytest.mark.integration
 
 SEND_FIELDS = {"chat_id", "turn_id", "task_id", "status", "reply", "resumed", "failure", "usage"}
-RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure"}
+RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage"}
 TOKEN = "test-token-0123456789"
 
 

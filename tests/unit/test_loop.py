@@ -102,7 +102,10 @@ def test_structured_tool_result_blocks_are_fed_back(kit):
     messages = provider.requests[1].messages
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[1]["content"] == [{"type": "tool_use", "id": "c1", "name": "lookup", "input": {"key": "a"}}]
-    assert messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "c1", "content": "value-of-a"}]
+    # The last block carries the rolling cache breakpoint (agent/caching.py); the block is otherwise the result.
+    assert messages[2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1", "content": "value-of-a", "cache_control": {"type": "ephemeral"}}
+    ]
     assert [t["name"] for t in provider.requests[0].tools] == ["lookup", "note", "charge"]
 
 
@@ -199,6 +202,8 @@ def test_replay_inside_the_budget_counts_discarded_usage(kit):
     assert state.usage.model_dump() == {
         "input_tokens": 20,
         "output_tokens": 6,  # 1 from the dropped stream's start, 5 from the answer
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
         "attempts": 2,
         "discarded_attempts": 1,
     }

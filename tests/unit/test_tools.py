@@ -161,13 +161,15 @@ def test_idempotency_key_injected_only_when_declared():
     assert smuggled.is_error and seen == ["chat:toolu_1"]
 
 
-def test_cap_result_truncates_with_a_marker():
-    """Results over the cap are cut to the cap plus a marker that says how much was cut; others pass untouched."""
+def test_cap_result_keeps_head_and_tail_and_marks_the_cut():
+    """Results over the cap keep their head (3/4 of the cap) and tail (1/4), with a marker between them saying
+    how much was cut; others pass untouched."""
     exact = "x" * RESULT_CAP_CHARS
     assert cap_result(exact) is exact
     capped = cap_result("y" * (RESULT_CAP_CHARS + 10))
-    assert capped == "y" * RESULT_CAP_CHARS + "\n[… 10 characters cut]"
-    assert cap_result("abcdef", limit=3) == "abc\n[… 3 characters cut]"
+    assert capped == "y" * (RESULT_CAP_CHARS * 3 // 4) + "\n[… 10 characters cut …]\n" + "y" * (RESULT_CAP_CHARS // 4)
+    assert cap_result("abcdefghij", limit=4) == "abc\n[… 6 characters cut …]\nj"
+    assert cap_result("abcdef", limit=3) == "abc\n[… 3 characters cut …]\n"
 
 
 def test_execute_caps_tool_output():
@@ -178,7 +180,7 @@ def test_execute_caps_tool_output():
         return "z" * (RESULT_CAP_CHARS * 2)
 
     outcome = execute(big, {})
-    assert outcome.content.endswith(f"[… {RESULT_CAP_CHARS} characters cut]")
+    assert f"[… {RESULT_CAP_CHARS} characters cut …]" in outcome.content
 
 
 def test_load_tools_reads_lists_of_tools():

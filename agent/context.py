@@ -1,0 +1,158 @@
+"""The context budget: how big a request is, and which old tool results to elide so it fits.
+
+Pure functions of their inputs, so the request a step sends is a function of the journal alone and a
+replay (or a resume) elides exactly as the first execution did.
+
+The estimate (no tokenizer, no network): the UTF-8 bytes of each part's canonical JSON (sorted keys, no
+spaces), divided by 4 and rounded up, summed over the tools, the system prompt and every message. Claude's
+tokenizer averages about 3.5-4 characters per token on English and code; the JSON quoting and keys the
+estimate counts (and the API does not) keep it on the generous side for ordinary text. Where it is wrong the
+provider says so ("prompt is too long"), and the compaction below scales by how wrong it was.
+
+Elision: the tool results of model messages [0, cut) are replaced by a short marker that keeps their
+`tool_use_id` and `is_error`, so every tool_use keeps its tool_result. Only results are touched, never a
+person's text or the model's calls, and never the latest round of results (the current round). The cut only
+moves forward, in one batch down to a lower watermark, so the cached prefix is rebuilt rarely.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agent.failures import Overflow
+
+DEFAULT_CONTEXT_TOKENS = 200_000  # the standard input window of current Claude models
+BYTES_PER_TOKEN = 4
+LOW_WATERMARK = 0.6  # an elision batch brings the estimate down to this share of the budget
+COMPACT_SHARE = 0.5  # after "prompt is too long": down to this share of the window the provider stated
+ELIDED = "[Old tool result elided to fit the context window ({chars} characters).]"
+
+
+def context_window(model: str) -> int:
+    """The input window Baton assumes for `model` when `BATON_CONTEXT_TOKENS` is unset.
+
+    Every current Claude model takes 200,000 input tokens by default (larger windows need a beta header
+    Baton does not send), so this is one figure for all; the setting overrides it.
+    """
+    return DEFAULT_CONTEXT_TOKENS
+
+
+def result_cap_chars(context_tokens: int, default: int) -> int:
+    """Characters one tool result may keep when recorded: `default`, or an eighth of a small budget."""
+    return max(200, min(default, context_tokens * BYTES_PER_TOKEN // 8))
+
+
+def canonical(value: Any) -> str:
+    """The canonical JSON the estimate measures (sorted keys, no spaces, UTF-8 kept)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def estimate_tokens(value: Any) -> int:
+    """Estimated tokens of one part of a request: ceil(UTF-8 bytes of its canonical JSON / 4); 0 for None."""
+    if value is None or value == [] or value == "":
+        return 0
+    return math.ceil(len(canonical(value).encode()) / BYTES_PER_TOKEN)
+
+
+def request_tokens(tools: list[dict[str, Any]], system: Any, messages: list[dict[str, Any]]) -> int:
+    """The estimate of a whole request: its tools, its system prompt and each message, summed."""
+    return estimate_tokens(tools) + estimate_tokens(system) + sum(estimate_tokens(m) for m in messages)
+
+
+def _elided_block(block: dict[str, Any]) -> dict[str, Any]:
+    content = block.get("content", "")
+    text = content if isinstance(content, str) else canonical(content)
+    if text.startswith("[Old tool result elided"):
+        return block
+    out = {**block, "content": ELIDED.format(chars=len(text))}
+    return out
+
+
+def elide(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]:
+    """`messages` (wire form) with the tool results of messages [0, cut) elided; the input is left as it was."""
+    if cut <= 0:
+        return messages
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if index < cut and message.get("role") == "user" and _has_results(message):
+            blocks = [_elided_block(b) if b.get("type") == "tool_result" else b for b in message["content"]]
+            out.append({**message, "content": blocks})
+        else:
+            out.append(message)
+    return out
+
+
+def _has_results(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def max_cut(messages: list[dict[str, Any]]) -> int:
+    """How far a cut may go: up to (not into) the last message holding tool results, the current round."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user" and _has_results(messages[index]):
+            return index
+    return 0
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A cut and the estimate of the request it gives."""
+
+    cut: int
+    tokens: int
+
+
+def _sizes(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    full = [estimate_tokens(m) for m in messages]
+    small = [estimate_tokens(elide([m], 1)[0]) if _has_results(m) else full[i] for i, m in enumerate(messages)]
+    return full, small
+
+
+def fit_at(overhead: int, messages: list[dict[str, Any]], cut: int) -> Fit:
+    """The estimate with the cut at `cut` (`overhead`: the tools and system part)."""
+    full, small = _sizes(messages)
+    return Fit(cut, overhead + sum(small[:cut]) + sum(full[cut:]))
+
+
+def choose_cut(overhead: int, messages: list[dict[str, Any]], *, current: int, budget: int, target: int) -> Fit:
+    """Where the cut goes for this request: `current` while the request fits `budget`; past it, the smallest
+    cut (oldest results first) that brings the estimate to `target` or below, else as far as the cut may go.
+    """
+    full, small = _sizes(messages)
+    limit = max(current, max_cut(messages))
+    current = min(current, len(messages))
+    total = overhead + sum(small[:current]) + sum(full[current:])
+    if total <= budget:
+        return Fit(current, total)
+    cut = current
+    while cut < limit and total > target:
+        total -= full[cut] - small[cut]
+        cut += 1
+    return Fit(cut, total)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """The estimate targets after the provider refused a request as too long."""
+
+    target: int  # elide down to this estimate
+    ceiling: int  # an estimate above this surely does not fit: failing beats re-sending
+
+
+def compaction_for(overflow: Overflow | None, *, sent_estimate: int, budget: int) -> Compaction:
+    """Targets after "prompt is too long": scaled by how far our estimate was off, aimed at half the window.
+
+    With the provider's figures ("N tokens > M maximum") our estimate is scaled by N / (our estimate of the
+    refused request) and the window is min(budget, M); without them, the refused request's own estimate is
+    the ceiling (it did not fit).
+    """
+    window = min(budget, overflow.maximum) if overflow is not None and overflow.maximum else budget
+    if overflow is not None and overflow.tokens and sent_estimate > 0:
+        ceiling = int(window / max(1.0, overflow.tokens / sent_estimate))
+    else:
+        ceiling = min(window, max(0, sent_estimate - 1))
+    return Compaction(target=int(ceiling * COMPACT_SHARE), ceiling=ceiling)

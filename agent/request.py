@@ -1,0 +1,48 @@
+"""The request a model step sends: a pure function of the journal (the history, the loop state, the config).
+
+No timestamps, no random ids, canonical order: a replayed attempt, a redelivered step and a resumed round
+send the same bytes, so the provider's prompt cache recognises them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.caching import CACHE_CONTROL, MAX_BREAKPOINTS, system_blocks, with_breakpoints
+from agent.context import LOW_WATERMARK, Fit, choose_cut, elide, estimate_tokens
+from agent.provider.base import ProviderRequest
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What every request of one unit shares."""
+
+    model: str
+    tools: list[dict[str, Any]]
+    system: str | None
+    prompt_cache: bool
+    context_tokens: int
+
+    @property
+    def overhead(self) -> int:
+        """The estimate of the tools and system part, plus what the cache marks add when they are sent."""
+        if not self.prompt_cache:
+            return estimate_tokens(self.tools) + estimate_tokens(self.system)
+        marks = MAX_BREAKPOINTS * estimate_tokens({"cache_control": CACHE_CONTROL})
+        return estimate_tokens(self.tools) + estimate_tokens(system_blocks(self.system)) + marks
+
+
+def plan_cut(shape: RequestShape, messages: list[dict[str, Any]], *, current: int) -> Fit:
+    """The elision cut for this request: unchanged while it fits the budget, else one batch to the watermark."""
+    budget = shape.context_tokens
+    return choose_cut(shape.overhead, messages, current=current, budget=budget, target=int(budget * LOW_WATERMARK))
+
+
+def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: int) -> ProviderRequest:
+    """The wire request: old results elided up to `cut`, cache breakpoints placed when caching is on."""
+    sent = elide(messages, cut)
+    if not shape.prompt_cache:
+        return ProviderRequest(model=shape.model, messages=sent, tools=list(shape.tools), system=shape.system)
+    tools, system, marked = with_breakpoints(shape.tools, shape.system, sent)
+    return ProviderRequest(model=shape.model, messages=marked, tools=tools, system=system)
