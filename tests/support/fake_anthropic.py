@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from . import fake_anthropic_sse as sse
 from .fake_anthropic_sse import first_user_text, validate_request
+from .fake_prompt_cache import MAX_BREAKPOINTS, PromptCache, breakpoint_count, prompt_tokens
 
 __all__ = [
     "ByConversation",
@@ -192,6 +193,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # needed for chunked transfer coding
     server_version = "fake-anthropic"
     server: _HTTPServer
+    _index = -1  # the request being delivered (its index in `FakeMessagesServer.requests`)
 
     def log_message(self, format: str, *args: Any) -> None:
         """No per-request access log on stderr."""
@@ -229,16 +231,25 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         if problem is None and authorized:
             problem = validate_request(body, fake.enforce_tool_pairing)
+        if problem is None and authorized and (marks := breakpoint_count(body)) > MAX_BREAKPOINTS:
+            problem = f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {marks}."
         index = fake._record(body if isinstance(body, dict) else None, problem if authorized else None)
+        size = prompt_tokens(body) if problem is None and authorized and fake.context_limit is not None else 0
         if not authorized:
             self._send_json(401, sse.error_body(401, "invalid x-api-key / bearer token"))
         elif problem is not None:
             self._send_json(400, sse.error_body(400, problem))
+        elif fake.context_limit is not None and size > fake.context_limit:
+            with fake._cond:
+                fake.too_long.append(index)
+            refusal = f"prompt is too long: {size} tokens > {fake.context_limit} maximum"
+            self._send_json(400, sse.error_body(400, refusal))
         else:
             try:
                 reply = fake._handler(body, index)
             except Exception as exc:
                 reply = _error_reply(f"handler raised {exc!r}")
+            self._index = index
             self._deliver(body, reply)
 
     def _send_json(self, status: int, obj: Mapping[str, Any], retry_after: float | None = None) -> None:
@@ -268,17 +279,27 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         content = sse.normalize_content(reply.content)
         stop_reason = reply.stop_reason or sse.default_stop_reason(content)
+        input_tokens, cache = reply.input_tokens, None
+        fake = self.server.fake
+        if fake.prompt_cache:
+            # The prompt was read (a stream that breaks later was still billed for it, and cached it).
+            billed = fake.cache.account(body)
+            input_tokens, cache = billed.input_tokens, billed.as_dict()
+            cache.pop("input_tokens")
+            with fake._cond:
+                fake.billing.append({"index": self._index, **billed.as_dict(),
+                                     "output_tokens": reply.output_tokens, "faulted": fault is not None})
         args = (
             sse.new_id("msg"),
             str(body.get("model", "claude-fake")),
             content,
             stop_reason,
-            reply.input_tokens,
+            input_tokens,
             reply.output_tokens,
         )
         if not body.get("stream"):
             if fault is None:
-                self._send_json(200, sse.message_json(*args))
+                self._send_json(200, sse.message_json(*args, cache))
             elif fault.kind == "overloaded":
                 self._send_json(529, sse.error_body(529, "Overloaded"))
             else:  # drop / stall before any byte of the response
@@ -286,7 +307,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     self.server.fake._release.wait(fault.seconds)
                 self._abort()
             return
-        events = sse.stream_events(*args, parts=reply.parts)
+        events = sse.stream_events(*args, parts=reply.parts, cache=cache)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
@@ -332,8 +353,19 @@ class FakeMessagesServer:
         port: int = 0,
         enforce_tool_pairing: bool = True,
         api_key: str | None = None,
+        prompt_cache: bool = False,
+        context_limit: int | None = None,
     ) -> None:
         self._handler: Handler = handler or _default_handler
+        # Cache semantics (tests/support/fake_prompt_cache.py): with `prompt_cache`, input usage is computed from
+        # the request (its cached prefixes read, new marked prefixes written) instead of `Reply.input_tokens`.
+        self.prompt_cache = prompt_cache
+        self.cache = PromptCache()
+        self.billing: list[dict[str, Any]] = []  # per delivered request, with `prompt_cache`: what it was billed
+        # Over `context_limit` estimated tokens a request gets the API's 400 "prompt is too long: N tokens > M
+        # maximum"; `too_long` lists those requests' indexes (kept apart from `rejections`, the validation 400s).
+        self.context_limit = context_limit
+        self.too_long: list[int] = []
         self.host, self.port = host, port
         self.enforce_tool_pairing = enforce_tool_pairing
         self.api_key = api_key

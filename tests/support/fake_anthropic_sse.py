@@ -77,8 +77,9 @@ def message_json(
     stop_reason: str | None,
     input_tokens: int,
     output_tokens: int,
+    cache: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The whole Message object, as returned for ``"stream": false``."""
+    """The whole Message object, as returned for ``"stream": false``; `cache` adds the cache usage fields."""
     return {
         "id": msg_id,
         "type": "message",
@@ -87,7 +88,7 @@ def message_json(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **(cache or {})},
     }
 
 
@@ -108,13 +109,14 @@ def stream_events(
     output_tokens: int,
     *,
     parts: int = 3,
+    cache: Mapping[str, int] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them.
 
     Event 1 is ``message_start``; a ``ping`` follows it (the real API sends one early, and clients must
     skip it). Fault positions (``Fault.after_events``) count positions in this list.
     """
-    start = message_json(msg_id, model, [], None, input_tokens, 1)
+    start = message_json(msg_id, model, [], None, input_tokens, 1, cache)
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start}),
         ("ping", {"type": "ping"}),
