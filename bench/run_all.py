@@ -33,6 +33,7 @@ SCRIPTS = [
     "sandbox",
     "web_streams",
     "live_text",
+    "prompt_cache",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
