@@ -124,8 +124,9 @@ def test_prompt_cache_off_sends_no_cache_control(stack, tmp_path):
 
 def test_a_run_that_outgrows_a_small_budget_completes_with_old_results_elided(stack, tmp_path):
     """45 reads of 4,000 characters under BATON_CONTEXT_TOKENS=8000 (a result may keep an eighth of the budget):
-    the results add up to five times the budget, and the run completes; every request's estimate stays within the budget; old results carry the elision marker, the
-    latest round never does; the fake API's pairing check never fires; the goal is sent unchanged every time."""
+    the results add up to five times the budget, and the run completes; every request's estimate stays within
+    the budget; old results carry the elision marker, the latest round never does; the fake API's pairing check
+    never fires; the goal is sent unchanged every time."""
     stack.fake_api.set_handler(Script([*_reads(45), text("read them all")]))
     goal = "read forty-five files"
     _, status = _run(stack, goal, _files(tmp_path, 45, size=4000), BATON_CONTEXT_TOKENS="8000")
@@ -168,3 +169,26 @@ def test_an_unfittable_run_fails_as_context_overflow_without_a_retry_loop(stack,
     assert stack.fake_api.too_long == [1] and stack.fake_api.request_count == 2
     failed = [e.model_extra for e in client.events(status.run_id) if e.type == "run.failed"]
     assert failed[0]["class"] == "context_overflow" and failed[0]["retryable"] is False
+
+
+def test_a_run_requeued_by_a_drain_reads_the_cache(stack, tmp_path):
+    """SIGTERM while a run's third step streams: the run moves to another worker, whose request for that step
+    is the same bytes and reads all of it from the cache the cut attempt wrote."""
+    stack.fake_api.prompt_cache = True
+    stall = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking for a long time"))
+    stack.fake_api.set_handler(Script([*_reads(2), stall, text("all done")]))
+    ws = _files(tmp_path, 2)
+    worker_a = stack.worker("a")
+    client = stack.client()
+    ref = client.start_run("read two files, then think", workspace=ws)
+    assert stack.fake_api.wait_for_requests(3, timeout=30)  # worker a is mid-stream on the third step
+    stack.worker("b")
+    worker_a.terminate()
+    worker_a.wait_exit(timeout=15)
+    status = client.wait(ref, timeout=WAIT)
+    assert status.status == "completed" and status.interruptions == 1, status
+    requests, billing = stack.fake_api.requests, stack.fake_api.billing
+    assert len(requests) == 4 and json.dumps(requests[2]) == json.dumps(requests[3])
+    cut, requeued = billing[2], billing[3]
+    assert cut["faulted"] and requeued["index"] == 3
+    assert requeued["cache_read_input_tokens"] == _total(cut) and requeued["input_tokens"] == 0
