@@ -24,7 +24,7 @@ from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlo
 from agent.policy import Backoff, Driver
 from agent.provider.base import Answer, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
-from agent.request import RequestShape, build_request, plan_cut
+from agent.request import RequestShape, build_request, plan_cut, token_scale
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 
@@ -144,6 +144,7 @@ def _model_step(
             discarded=recorded["discarded_attempts"],
         )
         state.elided_before = max(state.elided_before, int(recorded.get("elided_before", 0)))
+        state.token_scale = float(recorded.get("token_scale", state.token_scale))
         return answer
     message_id = step_message_id(config, state)
     shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
@@ -153,10 +154,10 @@ def _model_step(
     if compacted is not None:  # an earlier execution compacted this step: send what it sent
         fit = fit_at(shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])))
     else:
-        fit = plan_cut(shape, messages, current=state.elided_before)
-    if fit.tokens > config.context_tokens:
+        fit = plan_cut(shape, messages, current=state.elided_before, scale=state.token_scale)
+    if fit.tokens * state.token_scale > config.context_tokens:
         raise LoopFailure(
-            f"the request needs about {fit.tokens} tokens with every old tool result elided; "
+            f"the request needs about {int(fit.tokens * state.token_scale)} tokens with every old tool result elided; "
             f"the context budget (BATON_CONTEXT_TOKENS) is {config.context_tokens}",
             FailureClass.CONTEXT_OVERFLOW,
         )
@@ -223,6 +224,8 @@ def _model_step(
         break
     state.elided_before = fit.cut
     answer = outcome.answer
+    # The provider's count of this request calibrates the next step's estimate (journaled, so replays agree).
+    state.token_scale = token_scale(answer.usage.prompt_tokens, fit.tokens)
     live.ended(message_id)
     state.usage.add(answer.usage, attempts=1, discarded=0)
     usage = spent + outcome.usage
@@ -241,6 +244,7 @@ def _model_step(
         "attempts": made + outcome.attempts,
         "discarded_attempts": made + outcome.discarded_attempts,
         "elided_before": fit.cut,
+        "token_scale": state.token_scale,
         "unit_usage": state.usage.model_dump(),
     }
     events: list[EventDraft] = [

@@ -33,10 +33,23 @@ class RequestShape:
         return estimate_tokens(self.tools) + estimate_tokens(system_blocks(self.system)) + marks
 
 
-def plan_cut(shape: RequestShape, messages: list[dict[str, Any]], *, current: int) -> Fit:
-    """The elision cut for this request: unchanged while it fits the budget, else one batch to the watermark."""
-    budget = shape.context_tokens
-    return choose_cut(shape.overhead, messages, current=current, budget=budget, target=int(budget * LOW_WATERMARK))
+def plan_cut(shape: RequestShape, messages: list[dict[str, Any]], *, current: int, scale: float = 1.0) -> Fit:
+    """The elision cut for this request: unchanged while it fits the budget, else one batch to the watermark.
+
+    `scale` is how many tokens the provider counted per estimated token on the previous step (never below 1):
+    the estimate is measured against the budget divided by it, so the provider's own count steers the cut.
+    """
+    budget = shape.context_tokens / max(1.0, scale)
+    return choose_cut(
+        shape.overhead, messages, current=current, budget=int(budget), target=int(budget * LOW_WATERMARK)
+    )
+
+
+def token_scale(reported_prompt_tokens: int, estimate: int) -> float:
+    """Provider tokens per estimated token of one request, at least 1 (the estimate is never trusted lower)."""
+    if reported_prompt_tokens <= 0 or estimate <= 0:
+        return 1.0
+    return max(1.0, round(reported_prompt_tokens / estimate, 4))
 
 
 def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: int) -> ProviderRequest:

@@ -31,6 +31,7 @@ class StoredRound(BaseModel):
     tool_log: tuple[ToolLogEntry, ...] = ()
     rounds_used: int = 0
     elided_before: int = 0  # the context budget's cut (agent/context.py), so a resume sends the same bytes
+    token_scale: float = 1.0  # and the calibration it was decided with
     extra: dict[str, str] = Field(default_factory=dict)  # driver-specific position (a run's journal generation)
 
 
@@ -61,6 +62,7 @@ def build_round(
             tool_log=tuple(state.tool_log),
             rounds_used=state.rounds_used,
             elided_before=state.elided_before,
+            token_scale=state.token_scale,
         )
         data = stored.model_dump_json().encode()
     except (ValueError, TypeError, ValidationError):
@@ -114,6 +116,7 @@ def seed_state(stored: StoredRound) -> LoopState:
         tool_log=list(stored.tool_log),
         resumed=True,
         elided_before=stored.elided_before,
+        token_scale=stored.token_scale,
     )
 
 

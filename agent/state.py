@@ -68,6 +68,8 @@ class LoopState(BaseModel):
     # Model-API messages [0, elided_before) have their tool results elided (agent/context.py). Journaled with
     # each model step, so a replay or a resume elides exactly as the execution that sent the request did.
     elided_before: int = 0
+    # Provider tokens per estimated token on the last model step (>= 1), journaled with it (agent/request.py).
+    token_scale: float = 1.0
 
 
 def dedup_key(name: str, arguments: dict[str, Any]) -> str:

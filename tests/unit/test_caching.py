@@ -291,3 +291,18 @@ def test_usage_sums_cache_fields_per_attempt():
     assert (usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens) == (5, 100, 900)
     assert usage.output_tokens == 9 and usage.prompt_tokens == 1005
     assert (usage + usage).cache_read_input_tokens == 1800
+
+
+def test_the_providers_count_calibrates_the_budget():
+    """A provider that counts twice the estimate: from the second step on, the loop measures against its count
+    (journaled as token_scale), so every request the provider counts stays within the budget."""
+    replies = [*reads(20), reply_text("done")]
+    provider = ScriptedProvider(lambda request, i: replace(replies[i], input_tokens=2 * _size(request)))
+    config = replace(CONFIG, context_tokens=8000)
+    state, provider, edge, error = run([], config=config, provider=provider)
+    assert error is None and state.reply == "done"
+    assert all(2 * _size(r) <= 8000 for r in provider.requests)
+    # ~2 (the estimate of a request includes an allowance for its cache marks, so the ratio is a little less)
+    assert all(1.9 < edge.steps[f"model:{i}"]["token_scale"] <= 2.0 for i in range(1, 21))
+    unscaled = run(list(replies), config=config)[1]
+    assert max(_size(r) for r in unscaled.requests) > 4000  # without the count it would have sent more
