@@ -8,72 +8,24 @@ the middle of one is known and never blindly repeated.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from agent.cancel import CancelToken
-from agent.context import DEFAULT_CONTEXT_TOKENS, Fit, choose_cut, compaction_for, fit_at, result_cap_chars
-from agent.errors import BatonError, Cancelled
-from agent.failures import FailureClass, overflow_in
-from agent.history import repair
+from agent.context import result_cap_chars
+from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
+from agent.errors import Cancelled
+from agent.failures import FailureClass
 from agent.live import LiveText, NoLiveText
-from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, to_api
-from agent.policy import Backoff, Driver
-from agent.provider.base import Answer, Provider, TokenUsage
-from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
-from agent.request import RequestShape, build_request, plan_cut, token_scale
+from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from agent.model_step import answer_from_record, model_step, step_message_id
+from agent.policy import Driver
+from agent.provider.base import Provider
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 
-EventDraft = tuple[str, dict[str, Any]]
-log = logging.getLogger("baton.loop")
-
-
-class Edge(Protocol):
-    """Where the loop's steps are journaled and its events published (Redis in `tasks`)."""
-
-    def recorded(self, step_id: str) -> dict[str, Any] | None:
-        """The journaled record of a step, if any."""
-        ...
-
-    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
-        """Journal one step and publish its events in one write."""
-        ...
-
-    def emit(self, events: list[EventDraft]) -> None:
-        """Publish events now (live progress that must not wait for the next step)."""
-        ...
-
-
-class LoopFailure(BatonError):
-    """The loop itself ended the turn (round ceiling, step or time budget)."""
-
-    def __init__(self, message: str, failure_class: FailureClass) -> None:
-        super().__init__(message)
-        self.failure_class = failure_class
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    owner_id: str
-    turn_id: str
-    driver: Driver
-    model: str
-    max_rounds: int
-    retry_budget: int
-    backoff: Backoff
-    system: str | None = None
-    deadline: float | None = None  # time.monotonic() value after which a run stops with budget_exceeded
-    stop_grace: float = 1.0  # how long a stop lets a running tool finish before abandoning it
-    drain_grace: float = 2.0  # how long a drain lets a running tool settle
-    # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
-    # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
-    message_prefix: str | None = None
-    prompt_cache: bool = True  # send cache_control breakpoints (agent/caching.py)
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/context.py)
+__all__ = ["Edge", "EventDraft", "LoopConfig", "LoopFailure", "answer_from_record", "run_loop", "step_message_id"]
 
 
 def run_loop(
@@ -94,7 +46,7 @@ def run_loop(
         cancel.raise_if_set()
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = _model_step(history, state, provider, tool_specs, edge, cancel, config, live)
+        answer = model_step(history, state, provider, tool_specs, edge, cancel, config, live)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))
@@ -122,176 +74,6 @@ def run_loop(
         state.messages.append(Message(role="user", content=tuple(results), turn_id=config.turn_id))
         state.rounds_used += 1
         cancel.raise_if_set()
-
-
-def _model_step(
-    history: list[Message],
-    state: LoopState,
-    provider: Provider,
-    tool_specs: list[dict[str, Any]],
-    edge: Edge,
-    cancel: CancelToken,
-    config: LoopConfig,
-    live: LiveText,
-) -> Answer:
-    step_id = f"model:{state.rounds_used}"
-    recorded = edge.recorded(step_id)
-    if recorded is not None:
-        answer = answer_from_record(recorded)
-        state.usage.add(
-            TokenUsage.from_dict(recorded["usage"]),
-            attempts=recorded["attempts"],
-            discarded=recorded["discarded_attempts"],
-        )
-        state.elided_before = max(state.elided_before, int(recorded.get("elided_before", 0)))
-        state.token_scale = float(recorded.get("token_scale", state.token_scale))
-        return answer
-    message_id = step_message_id(config, state)
-    shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
-    messages = to_api(repair([*history, *state.messages]))
-    compact_id = f"compact:{state.rounds_used}"
-    compacted = edge.recorded(compact_id)
-    if compacted is not None:  # an earlier execution compacted this step: send what it sent
-        fit = fit_at(shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])))
-    else:
-        fit = plan_cut(shape, messages, current=state.elided_before, scale=state.token_scale)
-    if fit.tokens * state.token_scale > config.context_tokens:
-        raise LoopFailure(
-            f"the request needs about {int(fit.tokens * state.token_scale)} tokens with every old tool result elided; "
-            f"the context budget (BATON_CONTEXT_TOKENS) is {config.context_tokens}",
-            FailureClass.CONTEXT_OVERFLOW,
-        )
-
-    kind = "turn.retry" if config.driver is Driver.CHAT_TURN else "run.step"
-    ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
-
-    def on_retry(notice: RetryNotice) -> None:
-        state.usage.add(notice.usage, attempts=1, discarded=1)
-        live.discarded(message_id, notice.attempt)
-        edge.emit([(kind, {**ids, **_retry_event(notice)})])
-
-    start = live.begin(message_id)
-    if start.orphaned is not None:
-        # An earlier execution streamed text of this step and died before anything discarded it.
-        live.discarded(message_id, start.orphaned)
-        lost = {"message_id": message_id, "discarded": True, "attempt": start.orphaned, "reason": "worker lost"}
-        edge.emit([(kind, {**ids, **lost, "cause": "worker_lost"})])
-
-    def on_text(attempt: int, text: str) -> None:
-        live.text(message_id, attempt, text)
-
-    spent = TokenUsage()  # what the sends before this one cost (a refused over-long request)
-    made = 0  # attempts before this send
-    while True:
-        request = build_request(shape, messages, cut=fit.cut)
-        before = state.usage.model_copy()
-        try:
-            outcome = request_with_replay(
-                provider,
-                request,
-                message_id=message_id,
-                budget=config.retry_budget,
-                backoff=config.backoff,
-                cancel=cancel,
-                driver=config.driver,
-                on_retry=on_retry,
-                on_text=on_text,
-                first_attempt=start.attempts_before + made + 1,
-            )
-        except RequestFailed as failed:
-            # The attempt that ended the request was made (and billed) too: count every attempt, once.
-            state.usage = before
-            state.usage.add(failed.usage, attempts=failed.attempts, discarded=failed.discarded_attempts)
-            refit = _compacted(failed, shape, messages, fit) if made == 0 else None
-            if refit is None:
-                raise
-            # "prompt is too long": elide more, journal the decision (a replay sends the same bytes), re-send once.
-            spent, made, fit = spent + failed.usage, failed.attempts, refit
-            attempt = start.attempts_before + made
-            live.discarded(message_id, attempt)
-            notice = {
-                "message_id": message_id,
-                "discarded": True,
-                "attempt": attempt,
-                "class": str(FailureClass.CONTEXT_OVERFLOW),
-                "reason": f"{failed}; compacting: old tool results elided before message {fit.cut}",
-                "had_output": False,
-                "delay": 0.0,
-            }
-            edge.record(compact_id, {"kind": "compact", "status": "decided", "elided_before": fit.cut},
-                        [(kind, {**ids, **notice})])
-            continue
-        break
-    state.elided_before = fit.cut
-    answer = outcome.answer
-    # The provider's count of this request calibrates the next step's estimate (journaled, so replays agree).
-    state.token_scale = token_scale(answer.usage.prompt_tokens, fit.tokens)
-    live.ended(message_id)
-    state.usage.add(answer.usage, attempts=1, discarded=0)
-    usage = spent + outcome.usage
-    log.info(
-        "model step %s: %d attempts; input %d, cache writes %d, cache reads %d, output %d tokens",
-        step_id, made + outcome.attempts, usage.input_tokens, usage.cache_creation_input_tokens,
-        usage.cache_read_input_tokens, usage.output_tokens,
-    )
-    record = {
-        "kind": "model",
-        "status": "done",
-        "message_id": answer.message_id,
-        "content": [b.model_dump() for b in answer.content],
-        "stop_reason": answer.stop_reason,
-        "usage": usage.as_dict(),
-        "attempts": made + outcome.attempts,
-        "discarded_attempts": made + outcome.discarded_attempts,
-        "elided_before": fit.cut,
-        "token_scale": state.token_scale,
-        "unit_usage": state.usage.model_dump(),
-    }
-    events: list[EventDraft] = [
-        ("tool.called", {"turn_id": config.turn_id, "tool_use_id": b.id, "name": b.name, "input": b.input})
-        for b in answer.tool_uses
-    ]
-    if config.driver is Driver.CODING_RUN:
-        step = {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses], "usage": usage.as_dict()}
-        events.insert(0, ("run.step", step))
-    edge.record(step_id, record, events)
-    return answer
-
-
-def _compacted(failed: RequestFailed, shape: RequestShape, messages: list[dict[str, Any]], fit: Fit) -> Fit | None:
-    """The fit to re-send after "prompt is too long", or None when eliding more cannot make it fit."""
-    if FailureClass(failed.failure_class) is not FailureClass.CONTEXT_OVERFLOW:
-        return None
-    plan = compaction_for(overflow_in(str(failed)), sent_estimate=fit.tokens, budget=shape.context_tokens)
-    refit = choose_cut(shape.overhead, messages, current=fit.cut, budget=plan.target, target=plan.target)
-    if refit.cut <= fit.cut or refit.tokens > plan.ceiling:
-        return None
-    return refit
-
-
-def step_message_id(config: LoopConfig, state: LoopState) -> str:
-    """The id of the model step the loop is at: stable across its attempts and the executions that replay it."""
-    return f"{config.message_prefix or config.turn_id}:m{state.rounds_used}"
-
-
-def _retry_event(notice: RetryNotice) -> dict[str, Any]:
-    return {
-        "message_id": notice.message_id,
-        "discarded": True,
-        "attempt": notice.attempt,
-        "class": str(notice.failure_class),
-        "reason": notice.reason,
-        "had_output": notice.had_output,
-        "delay": round(notice.delay, 3),
-    }
-
-
-def answer_from_record(record: dict[str, Any]) -> Answer:
-    content: list[TextBlock | ToolUseBlock] = []
-    for block in record["content"]:
-        content.append(TextBlock(**block) if block["type"] == "text" else ToolUseBlock(**block))
-    usage = TokenUsage.from_dict(record["usage"])
-    return Answer(record.get("message_id", ""), tuple(content), record.get("stop_reason"), usage)
 
 
 def _tool_round(

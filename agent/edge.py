@@ -1,0 +1,57 @@
+"""What the loop needs from outside: its edge (journal and events), its configuration, and its own failure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.context import DEFAULT_CONTEXT_TOKENS
+from agent.errors import BatonError
+from agent.failures import FailureClass
+from agent.policy import Backoff, Driver
+
+EventDraft = tuple[str, dict[str, Any]]
+
+
+class Edge(Protocol):
+    """Where the loop's steps are journaled and its events published (Redis in `tasks`)."""
+
+    def recorded(self, step_id: str) -> dict[str, Any] | None:
+        """The journaled record of a step, if any."""
+        ...
+
+    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
+        """Journal one step and publish its events in one write."""
+        ...
+
+    def emit(self, events: list[EventDraft]) -> None:
+        """Publish events now (live progress that must not wait for the next step)."""
+        ...
+
+
+class LoopFailure(BatonError):
+    """The loop itself ended the turn (round ceiling, step or time budget)."""
+
+    def __init__(self, message: str, failure_class: FailureClass) -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    owner_id: str
+    turn_id: str
+    driver: Driver
+    model: str
+    max_rounds: int
+    retry_budget: int
+    backoff: Backoff
+    system: str | None = None
+    deadline: float | None = None  # time.monotonic() value after which a run stops with budget_exceeded
+    stop_grace: float = 1.0  # how long a stop lets a running tool finish before abandoning it
+    drain_grace: float = 2.0  # how long a drain lets a running tool settle
+    # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
+    # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
+    message_prefix: str | None = None
+    prompt_cache: bool = True  # send cache_control breakpoints (agent/caching.py)
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/context.py)
