@@ -8,6 +8,7 @@ counts what earlier attempts were billed.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.cancel import CancelToken
@@ -18,7 +19,7 @@ from agent.history import repair
 from agent.live import LiveText
 from agent.messages import Message, TextBlock, ToolUseBlock, to_api
 from agent.policy import Driver
-from agent.provider.base import Answer, Provider, TokenUsage
+from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
 from agent.request import RequestShape, build_request, plan_cut, token_scale
 from agent.state import LoopState
@@ -66,11 +67,25 @@ def model_step(
 
     kind = "turn.retry" if config.driver is Driver.CHAT_TURN else "run.step"
     ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
+    spent_id = f"spent:{state.rounds_used}"
+    # Attempts at this step that earlier executions made and discarded (before a drain, say): billed all the same.
+    spent = Spent.load(edge.recorded(spent_id))
+    state.usage.add(spent.usage, attempts=spent.attempts, discarded=spent.attempts)
+
+    def discard(usage: TokenUsage, events: list[EventDraft]) -> None:
+        """Journal one more discarded attempt of this step (with its events) in one write."""
+        nonlocal spent
+        spent = spent.plus(usage)
+        edge.record(spent_id, spent.record(), events)
+
+    noticed = TokenUsage()  # what the discarded attempts of the current send reported
 
     def on_retry(notice: RetryNotice) -> None:
+        nonlocal noticed
+        noticed = noticed + notice.usage
         state.usage.add(notice.usage, attempts=1, discarded=1)
         live.discarded(message_id, notice.attempt)
-        edge.emit([(kind, {**ids, **_retry_event(notice)})])
+        discard(notice.usage, [(kind, {**ids, **_retry_event(notice)})])
 
     start = live.begin(message_id)
     if start.orphaned is not None:
@@ -82,11 +97,12 @@ def model_step(
     def on_text(attempt: int, text: str) -> None:
         live.text(message_id, attempt, text)
 
-    spent = TokenUsage()  # what the sends before this one cost (a refused over-long request)
-    made = 0  # attempts before this send
+    made = 0  # attempts this execution made before the current send
+    compactions = 0 if compacted is not None else 1  # one per step, whichever execution made it
     while True:
         request = build_request(shape, messages, cut=fit.cut)
         before = state.usage.model_copy()
+        noticed = TokenUsage()
         try:
             outcome = request_with_replay(
                 provider,
@@ -100,15 +116,20 @@ def model_step(
                 on_text=on_text,
                 first_attempt=start.attempts_before + made + 1,
             )
+        except AttemptCut as cut:
+            # A stop or drain cut an attempt the provider had started on: count it, journaled for the next execution.
+            state.usage.add(cut.usage, attempts=1, discarded=1)
+            discard(cut.usage, [])
+            raise
         except RequestFailed as failed:
             # The attempt that ended the request was made (and billed) too: count every attempt, once.
             state.usage = before
             state.usage.add(failed.usage, attempts=failed.attempts, discarded=failed.discarded_attempts)
-            refit = _compacted(failed, shape, messages, fit) if made == 0 else None
+            refit = _compacted(failed, shape, messages, fit) if compactions else None
             if refit is None:
                 raise
             # "prompt is too long": elide more, journal the decision (a replay sends the same bytes), re-send once.
-            spent, made, fit = spent + failed.usage, failed.attempts, refit
+            compactions, made, fit = compactions - 1, made + failed.attempts, refit
             attempt = start.attempts_before + made
             live.discarded(message_id, attempt)
             notice = {
@@ -120,8 +141,8 @@ def model_step(
                 "had_output": False,
                 "delay": 0.0,
             }
-            edge.record(compact_id, {"kind": "compact", "status": "decided", "elided_before": fit.cut},
-                        [(kind, {**ids, **notice})])
+            edge.record(compact_id, {"kind": "compact", "status": "decided", "elided_before": fit.cut}, [])
+            discard(failed.usage - noticed, [(kind, {**ids, **notice})])
             continue
         break
     state.elided_before = fit.cut
@@ -130,10 +151,10 @@ def model_step(
     state.token_scale = token_scale(answer.usage.prompt_tokens, fit.tokens)
     live.ended(message_id)
     state.usage.add(answer.usage, attempts=1, discarded=0)
-    usage = spent + outcome.usage
+    usage = spent.usage + answer.usage
     log.info(
         "model step %s: %d attempts; input %d, cache writes %d, cache reads %d, output %d tokens",
-        step_id, made + outcome.attempts, usage.input_tokens, usage.cache_creation_input_tokens,
+        step_id, spent.attempts + 1, usage.input_tokens, usage.cache_creation_input_tokens,
         usage.cache_read_input_tokens, usage.output_tokens,
     )
     record = {
@@ -142,9 +163,9 @@ def model_step(
         "message_id": answer.message_id,
         "content": [b.model_dump() for b in answer.content],
         "stop_reason": answer.stop_reason,
-        "usage": usage.as_dict(),
-        "attempts": made + outcome.attempts,
-        "discarded_attempts": made + outcome.discarded_attempts,
+        "usage": usage.as_dict(),  # every attempt of this step, discarded ones and earlier executions' included
+        "attempts": spent.attempts + 1,
+        "discarded_attempts": spent.attempts,
         "elided_before": fit.cut,
         "token_scale": state.token_scale,
         "unit_usage": state.usage.model_dump(),
@@ -158,6 +179,26 @@ def model_step(
         events.insert(0, ("run.step", step))
     edge.record(step_id, record, events)
     return answer
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The discarded attempts of one model step so far, across executions (journaled as `spent:N`)."""
+
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    attempts: int = 0
+
+    @classmethod
+    def load(cls, record: dict[str, Any] | None) -> Spent:
+        if record is None:
+            return cls()
+        return cls(TokenUsage.from_dict(record.get("usage")), int(record.get("attempts", 0)))
+
+    def plus(self, usage: TokenUsage) -> Spent:
+        return Spent(self.usage + usage, self.attempts + 1)
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "spent", "status": "spent", "usage": self.usage.as_dict(), "attempts": self.attempts}
 
 
 def _compacted(failed: RequestFailed, shape: RequestShape, messages: list[dict[str, Any]], fit: Fit) -> Fit | None:

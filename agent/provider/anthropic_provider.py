@@ -17,7 +17,7 @@ import httpx2
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
 from agent.failures import FailureClass, IncompleteStream
-from agent.provider.base import Answer, AttemptFailed, ProviderRequest, TextSink
+from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
 
 
@@ -70,17 +70,18 @@ class AnthropicProvider:
                     if delta.get("type") == "text_delta":
                         on_text(delta["text"])
                 cancel.raise_if_set()
-        except Cancelled:
-            raise
+        except Cancelled as stop:
+            raise AttemptCut(stop.reason, snapshot.usage) from None
         except Exception as err:
             if cancel.is_set():
-                raise Cancelled(cancel.reason or "stop") from err
+                raise AttemptCut(cancel.reason or "stop", snapshot.usage) from err
             raise AttemptFailed(err, snapshot.usage, had_output=snapshot.had_output) from err
         finally:
             unregister()
             stream.close()
         if not snapshot.stopped:
-            cancel.raise_if_set()
+            if cancel.is_set():
+                raise AttemptCut(cancel.reason or "stop", snapshot.usage)
             raise AttemptFailed(
                 IncompleteStream("the stream ended without message_stop"),
                 snapshot.usage,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.cancel import CancelToken
+from agent.errors import Cancelled, CancelReason
 from agent.messages import TextBlock, ToolUseBlock
 
 
@@ -42,6 +43,14 @@ class TokenUsage:
             self.output_tokens + other.output_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    def __sub__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cache_creation_input_tokens - other.cache_creation_input_tokens,
+            self.cache_read_input_tokens - other.cache_read_input_tokens,
         )
 
     @property
@@ -97,6 +106,17 @@ class AttemptFailed(Exception):
         self.usage = usage
         self.had_output = had_output
         self.__cause__ = cause
+
+
+class AttemptCut(Cancelled):
+    """A stop or a drain cut an attempt that had reached the provider; `usage` is what it had reported.
+
+    Still a `Cancelled` (a control-flow signal, not a failure): it only lets the loop bill the cut attempt.
+    """
+
+    def __init__(self, reason: CancelReason, usage: TokenUsage) -> None:
+        super().__init__(reason)
+        self.usage = usage
 
 
 TextSink = Callable[[str], None]

@@ -173,7 +173,8 @@ def test_an_unfittable_run_fails_as_context_overflow_without_a_retry_loop(stack,
 
 def test_a_run_requeued_by_a_drain_reads_the_cache(stack, tmp_path):
     """SIGTERM while a run's third step streams: the run moves to another worker, whose request for that step
-    is the same bytes and reads all of it from the cache the cut attempt wrote."""
+    is the same bytes and reads all of it from the cache the cut attempt wrote; the run's usage bills the cut
+    attempt too (journaled by the drained execution), so it sums exactly what the API billed."""
     stack.fake_api.prompt_cache = True
     stall = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking for a long time"))
     stack.fake_api.set_handler(Script([*_reads(2), stall, text("all done")]))
@@ -192,3 +193,7 @@ def test_a_run_requeued_by_a_drain_reads_the_cache(stack, tmp_path):
     cut, requeued = billing[2], billing[3]
     assert cut["faulted"] and requeued["index"] == 3
     assert requeued["cache_read_input_tokens"] == _total(cut) and requeued["input_tokens"] == 0
+    usage = status.usage
+    assert (usage.attempts, usage.discarded_attempts) == (4, 1)
+    for field in CACHE_FIELDS:
+        assert getattr(usage, field) == _summed(billing, field), field

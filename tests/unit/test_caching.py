@@ -306,3 +306,32 @@ def test_the_providers_count_calibrates_the_budget():
     assert all(1.9 < edge.steps[f"model:{i}"]["token_scale"] <= 2.0 for i in range(1, 21))
     unscaled = run(list(replies), config=config)[1]
     assert max(_size(r) for r in unscaled.requests) > 4000  # without the count it would have sent more
+
+
+def test_an_attempt_cut_by_a_drain_is_billed_by_the_next_execution():
+    """A drain cuts step 1's attempt after the provider reported its usage: the execution that picks the step up
+    (same journal) counts that attempt, as discarded, in the step's record and in the unit's usage."""
+    from agent.errors import Cancelled
+    from agent.provider.base import AttemptCut
+
+    billed = TokenUsage(input_tokens=3, cache_read_input_tokens=500, output_tokens=1)
+
+    class Drained(ScriptedProvider):
+        def stream(self, request, *, cancel, on_text=None):
+            if len(self.requests) == 1:
+                self.requests.append(request)
+                raise AttemptCut("drain", billed)
+            return super().stream(request, cancel=cancel, on_text=on_text)
+
+    edge = MemoryEdge()
+    first = Drained(reads(1))
+    with pytest.raises(Cancelled):
+        run_loop([user_text("the goal", turn_id="run-1")], LoopState(), provider=first, tools=TOOLS, edge=edge,
+                 cancel=CancelToken(), config=CONFIG)
+    assert edge.steps["spent:1"]["attempts"] == 1
+    state, second, edge, error = run([reply_text("done")], edge=edge)
+    assert error is None and state.reply == "done" and len(second.requests) == 1
+    assert edge.steps["model:1"]["attempts"] == 2 and edge.steps["model:1"]["discarded_attempts"] == 1
+    assert edge.steps["model:1"]["usage"]["cache_read_input_tokens"] == 500
+    assert (state.usage.attempts, state.usage.discarded_attempts) == (3, 1)
+    assert state.usage.cache_read_input_tokens == 500 and state.usage.input_tokens == 10 + 3 + 10
