@@ -33,6 +33,7 @@ def test_defaults_match_the_contract():
     assert s.max_interruptions == 3
     assert s.max_rounds == 12
     assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("bwrap", "off", None)
+    assert (s.prompt_cache, s.context_tokens) == ("on", None)  # None: the model's window (agent/context.py)
 
 
 def test_broker_follows_the_redis_url_unless_overridden(monkeypatch):
@@ -56,6 +57,8 @@ def test_environment_values_are_read(monkeypatch):
         "BATON_ROUND_MAX_BYTES": "2048",
         "BATON_MAX_INTERRUPTIONS": "0",
         "BATON_MAX_ROUNDS": "2",
+        "BATON_PROMPT_CACHE": "off",
+        "BATON_CONTEXT_TOKENS": "50000",
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
@@ -63,6 +66,7 @@ def test_environment_values_are_read(monkeypatch):
     assert (s.provider, s.model, s.tools) == ("scripted", "claude-test", "pkg.mod:TOOLS")
     assert (s.stream_idle_timeout, s.retry_budget, s.round_ttl) == (2.5, 1, 30)
     assert (s.round_max_bytes, s.max_interruptions, s.max_rounds) == (2048, 0, 2)
+    assert (s.prompt_cache, s.context_tokens) == ("off", 50000)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +85,9 @@ def test_environment_values_are_read(monkeypatch):
         ("BATON_SANDBOX_NETWORK", "yes"),
         ("BATON_SANDBOX_UID", "0"),
         ("BATON_SANDBOX_UID", "nobody"),
+        ("BATON_PROMPT_CACHE", "yes"),
+        ("BATON_CONTEXT_TOKENS", "10"),
+        ("BATON_CONTEXT_TOKENS", "lots"),
     ],
 )
 def test_bad_value_names_its_variable(monkeypatch, variable, value):
