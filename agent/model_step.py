@@ -1,8 +1,9 @@
 """The model step: build the request from the journal, send it with replay, compact once if it is too long.
 
 A step already journaled is replayed from its record. Every discarded attempt's usage is journaled as it
-happens (`spent:N`), so an execution that picks the step up after a drain, a lost worker or a stop still
-counts what earlier attempts were billed.
+happens (`spent:N`), an attempt cut by a stop or a drain included, so the execution that picks the step up
+still counts what earlier attempts were billed. (An attempt in flight when a worker is SIGKILLed reports
+nothing to anyone: it cannot be counted.)
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ def _retry_event(notice: RetryNotice) -> dict[str, Any]:
         "reason": notice.reason,
         "had_output": notice.had_output,
         "delay": round(notice.delay, 3),
+        "usage": notice.usage.as_dict(),  # what the discarded attempt was billed
     }
 
 

@@ -308,6 +308,8 @@ def test_usage_counts_the_discarded_attempts(shared):
     assert usage.input_tokens == 100 + 1000
     # message_start reports 1 output token; the completed answer's message_delta reports its 50.
     assert usage.output_tokens == 1 + 50
-    assert [e["attempt"] for e in shared.events("usage", "turn.retry")] == [1, 2, 3]
+    retries = shared.events("usage", "turn.retry")
+    assert [e["attempt"] for e in retries] == [1, 2, 3]
+    assert [e["usage"]["input_tokens"] for e in retries] == [0, 100, 0]  # each discard says what it was billed
     completed = shared.events("usage", "turn.completed")
     assert completed[0]["usage"] == usage.model_dump()
