@@ -17,6 +17,7 @@ from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks.store import keys
+from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
@@ -226,6 +227,57 @@ class Client:
             if event is not None and event.type != TEXT_DELTA:
                 out.append(event)
         return out
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def approve(
+        self, ident: str, tool_use_id: str, *, by: str | None = None, kind: Kind | None = None
+    ) -> dict[str, Any]:
+        """Approve a call that waits for approval; the unit resumes on any worker once all its calls are decided."""
+        return self._decide(ident, tool_use_id, "approved", reason=None, by=by, kind=kind)
+
+    def deny(
+        self,
+        ident: str,
+        tool_use_id: str,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        kind: Kind | None = None,
+    ) -> dict[str, Any]:
+        """Deny a call that waits for approval: it never runs; the model reads `Denied by user[: reason]`."""
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
+            raise ValidationError("reason must be a string of at most 2000 characters")
+        return self._decide(ident, tool_use_id, "denied", reason=reason or None, by=by, kind=kind)
+
+    def _decide(
+        self, ident: str, tool_use_id: str, decision: Decision, *, reason: str | None, by: str | None, kind: Kind | None
+    ) -> dict[str, Any]:
+        _check_id(tool_use_id, "tool_use_id")
+        owner = self._owner(ident, kind)
+        rec = find_waiting(self.redis, owner, tool_use_id)
+        done = decide(self.redis, rec, tool_use_id, decision, reason=reason, by=by) if rec is not None else None
+        if done is None or done.outcome in ("unknown", "not_waiting"):
+            raise NotFound(f"no call {tool_use_id} waits for approval in {ident}")
+        assert rec is not None
+        if done.resume:
+            # The record already says queued and the unit is in keys.PENDING: if this send is lost, the sweep sends it.
+            self._send(rec)
+        out: dict[str, Any] = {"id": ident, "tool_use_id": tool_use_id, "decision": done.decision}
+        if done.outcome == "already":
+            out["already_decided"] = True
+        return out
+
+    def _send(self, rec: UnitRecord) -> None:
+        if rec.kind == "run":
+            self._celery.send_task(
+                "baton.coding_run", args=[rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
+        else:
+            chat_id = rec.owner_id.partition(":")[2]
+            self._celery.send_task(
+                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
 
     # -- coding runs -----------------------------------------------------------------------------
 
