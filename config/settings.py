@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -43,6 +43,17 @@ class Settings(BaseSettings):
     drain_grace: float = Field(2.0, ge=0, le=60)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
+
+    # The HTTP API (`baton serve`, web/). The token is a secret: SecretStr keeps it out of reprs and logs.
+    api_token: SecretStr | None = None
+    api_ping_interval: float = Field(15.0, gt=0, le=15)  # the contract: a comment at least every 15 s
+    api_redis_connections: int = Field(2000, ge=2, le=100_000)  # one per open stream, plus a few
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        # `BATON_API_TOKEN=` (compose files pass empty values) means no token, not a token of "".
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _broker_defaults_to_store(self) -> Settings:

@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
     cmd("demo", "run the embedded stack and tour what Baton does")
+    p = cmd("serve", "the HTTP API and the chat page (uvicorn)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
     return parser
 
 
@@ -70,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tasks.demo.scenarios import main as demo_main
 
         return demo_main(json_output=args.json)
+    if args.command == "serve":
+        from tasks.cli.serve import serve
+
+        return serve(args.host, args.port)
     from tasks.client import Client, NotFound, ValidationError
 
     try:
