@@ -304,6 +304,7 @@
       }
       case "tool.approval_requested":
         state.approvals.set(ev.tool_use_id, { name: ev.name, input: ev.input, decision: null });
+        if (state.tools.has(ev.tool_use_id)) state.tools.get(ev.tool_use_id).status = "awaiting approval";
         addLiveItem("approval", ev.tool_use_id, turn);
         if (turn) {
           turn.status = "waiting";
@@ -317,6 +318,8 @@
           a.decision = type === "tool.approved" ? "approved" : "denied";
           a.reason = ev.reason || null;
         }
+        const tool = state.tools.get(ev.tool_use_id);
+        if (tool && tool.status === "awaiting approval") tool.status = type === "tool.approved" ? "running" : "denied";
         if (turn && turn.waiting === "approval") {
           turn.status = "running";
           turn.waiting = null;
@@ -336,6 +339,7 @@
     turn.status = type.split(".")[1];
     turn.waiting = null;
     turn.failure = turn.status === "failed" ? { cls: ev.class, message: ev.message, retryable: ev.retryable } : null;
+    if (turn.failure) turn.lastFailure = turn.failure;
     // What this generation streamed is now in the transcript (or, for a failure, deliberately not):
     // hide it once a transcript fetched after this moment is shown.
     for (const item of state.liveItems) {
@@ -352,10 +356,11 @@
   function applyDelta(key, ev) {
     const turn = turnOf(key);
     if (turn.status === "queued") turn.status = "running";
+    turn.lastType = "text.delta";
     const k = liveKey(turn, ev.message_id);
     let live = state.live.get(k);
     if (!live) {
-      live = { key: k, messageId: ev.message_id, attempts: new Map(), discarded: new Set() };
+      live = { key: k, messageId: ev.message_id, attempts: new Map(), discarded: new Set(), firstAt: ev.at };
       state.live.set(k, live);
       addLiveItem("text", k, turn);
     }
@@ -478,7 +483,7 @@
   let retryTarget = null;
   function retryTargetChanged() {
     const t = latestTurn();
-    const target = t && t.status === "failed" ? `${t.key}:${t.epoch}` : null;
+    const target = t ? `${t.key}:${t.status}:${t.epoch}` : null;
     const changed = target !== retryTarget;
     retryTarget = target;
     return changed;
@@ -503,13 +508,16 @@
         const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("");
         if (text) nodes.push(userBubble(text, false, i === 0 && isRun));
       } else if (m.role === "assistant") {
-        nodes.push(assistantBlock(blocks, results, false));
+        const prev = state.transcript[i - 1];
+        nodes.push(assistantBlock(blocks, results, false, Boolean(prev && prev.role === "assistant")));
       } else if (m.role === "notice") {
         for (const b of blocks) {
           if (b.kind === "error") {
             const withRetry = retryable && i === lastError && (!m.turn_id || m.turn_id === retryable.key);
             const turn = m.turn_id ? state.turns.get(m.turn_id) : withRetry ? retryable : null;
-            nodes.push(failureCard(b.text, turn && turn.failure, withRetry));
+            // A failure whose turn was retried since keeps its place in the record, quietly.
+            const resolved = Boolean(turn && turn.status !== "failed");
+            nodes.push(failureCard(b.text, turn && (turn.failure || turn.lastFailure), withRetry, resolved));
           } else {
             nodes.push(noticeNote(b.kind, b.text));
           }
@@ -528,7 +536,7 @@
     );
   }
 
-  function assistantBlock(blocks, results, live) {
+  function assistantBlock(blocks, results, live, continued = false) {
     const body = [];
     for (const b of blocks) {
       if (b.type === "text" && b.text) {
@@ -541,14 +549,17 @@
     }
     return h(
       "div",
-      { class: `msg msg-assistant${live ? " is-live" : ""}`, "data-testid": "message", "data-role": "assistant" },
-      h("div", { class: "msg-label", text: "Assistant" }),
+      { class: `msg msg-assistant${live ? " is-live" : ""}${continued ? " is-continued" : ""}`, "data-testid": "message", "data-role": "assistant" },
+      continued ? null : h("div", { class: "msg-label", text: "Assistant" }),
       h("div", { class: "msg-body" }, body),
     );
   }
 
   function toolChip(name, input, status, result) {
-    const tone = { ok: "ok", deduplicated: "ok", running: "busy", error: "error", interrupted: "warn" }[status] || "muted";
+    const tone = {
+      ok: "ok", deduplicated: "ok", running: "busy", error: "error", interrupted: "warn", denied: "error",
+      "awaiting approval": "attention",
+    }[status] || "muted";
     return h(
       "details",
       { class: "tool", "data-testid": "tool-call", "data-status": status },
@@ -571,28 +582,33 @@
     );
   }
 
-  const NOTE_ICONS = { resumed: "↻", interrupted: "⏸", stopped: "■", tool_summary: "⚙" };
-
+  // The note's text is exactly the contract's words; its icon is drawn by CSS (.note::before).
   function noticeNote(kind, text) {
     return h(
       "div",
       { class: `note note-${kind}`, "data-testid": "notice", "data-kind": kind, role: "note" },
-      h("span", { class: "note-icon", "aria-hidden": "true", text: NOTE_ICONS[kind] || "•" }),
       h("span", { class: "note-text", text }),
     );
   }
 
-  function failureCard(text, failure, withRetry) {
+  function failureCard(text, failure, withRetry, resolved) {
     const parsed = /^Failed(?: \(([a-z_]+)\))?: ?([\s\S]*)$/.exec(text || "");
     const cls = (failure && failure.cls) || (parsed && parsed[1]) || "unknown";
-    const message = (failure && failure.message) || (parsed ? parsed[2] : text);
+    let message = (failure && failure.message) || (parsed ? parsed[2] : text);
+    if (message.startsWith(`${cls}: `)) message = message.slice(cls.length + 2); // the chip says it already
     return h(
       "div",
-      { class: "failure", "data-testid": "failure", "data-class": cls, role: "alert" },
+      {
+        class: `failure${resolved ? " is-resolved" : ""}`,
+        "data-testid": "failure",
+        "data-class": cls,
+        "data-resolved": resolved ? "true" : null,
+        role: resolved ? null : "alert",
+      },
       h(
         "div",
         { class: "failure-head" },
-        h("span", { class: "failure-title", text: "This turn failed" }),
+        h("span", { class: "failure-title", text: resolved ? "An earlier attempt failed" : isRun ? "This run failed" : "This turn failed" }),
         h("code", { class: "pill pill-error", "data-testid": "failure-class", text: cls }),
       ),
       h("div", { class: "failure-message", text: message }),
@@ -756,6 +772,17 @@
     "run.stopped": "Run stopped", "text.delta": "Text streamed",
   };
 
+  function labelOf(type, ev) {
+    if (type === "turn.retry" || (type === "run.step" && ev.discarded)) {
+      if (ev.max_attempts) return "Interrupted by a deploy";
+      if (ev.auto_resume) return "Resuming from the stored round";
+      return ev.had_output ? "Stream broke, partial text discarded" : "Attempt failed, retried";
+    }
+    if (type === "run.step") return ev.kind === "tool" ? "Tool step" : ev.kind === "model" ? "Model step" : "Step";
+    if (type === "turn.queued" && ev.retry) return "Queued again (retry)";
+    return TYPE_LABELS[type] || type;
+  }
+
   function tone(type, ev) {
     if (type.endsWith(".failed") || type === "tool.denied") return "error";
     if (type.endsWith(".completed") || type === "tool.approved") return "ok";
@@ -799,7 +826,6 @@
     if (ev.status && type !== "run.step") tags.push(h("span", { class: "tag", text: ev.status }));
     if (type === "run.step" && ev.kind) tags.push(h("span", { class: "tag", text: ev.kind === "tool" ? `tool · ${ev.status || ""}` : ev.kind }));
     if (ev.resumed) tags.push(h("span", { class: "tag", text: "resumed" }));
-    if (ev.retry) tags.push(h("span", { class: "tag", text: "retry" }));
     const details = [];
     if (ev.reason) details.push(ev.reason);
     if (ev.message && type.endsWith(".failed")) details.push(ev.message);
@@ -815,7 +841,7 @@
       h("span", { class: "tl-dot", "aria-hidden": "true" }),
       h("div", { class: "tl-body" },
         h("div", { class: "tl-row" },
-          h("span", { class: "tl-label", text: TYPE_LABELS[type] || type }),
+          h("span", { class: "tl-label", text: labelOf(type, ev) }),
           h("time", { class: "tl-time", datetime: ev.at ? new Date(ev.at * 1000).toISOString() : null, text: fmtTime(ev.at) })),
         h("code", { class: "tl-type", "data-testid": "timeline-type", text: type }),
         tags.length ? h("div", { class: "tl-tags" }, tags) : null,
@@ -832,7 +858,7 @@
     if (!row) {
       if (!parts.length) return;
       const el = h("li", { class: "tl-item tone-stream", "data-testid": "timeline-event", "data-type": "text.delta" });
-      row = { el };
+      row = { el, at: live.firstAt };
       deltaRows.set(rowKey, row);
       timelineAppend(el, { turn_id: live.key.split("~")[0] });
     }
@@ -842,7 +868,9 @@
     row.el.replaceChildren(
       h("span", { class: "tl-dot", "aria-hidden": "true" }),
       h("div", { class: "tl-body" },
-        h("div", { class: "tl-row" }, h("span", { class: "tl-label", text: "Text streamed" })),
+        h("div", { class: "tl-row" },
+          h("span", { class: "tl-label", text: "Text streamed" }),
+          h("time", { class: "tl-time", text: fmtTime(row.at) })),
         h("code", { class: "tl-type", "data-testid": "timeline-type", text: "text.delta" }),
         h("div", { class: "tl-tags" },
           h("span", { class: "tag", "data-testid": "timeline-attempt", text: `attempt ${attempt}` }),
