@@ -8,8 +8,8 @@
 //        id), every event and text delta in order.
 //   Live text is kept per message and attempt, each delta in the slot of its own `index`, so a delta
 //   applied twice lands in the same place. A `turn.retry` / `run.step` with `discarded: true` throws away
-//   everything its message has streamed so far: the contract puts every delta of a discarded attempt
-//   before that event, so whatever arrives after it belongs to the replay. A live message is hidden as soon
+//   the attempt it names: the contract puts every delta of a discarded attempt before that event, so
+//   whatever arrives after it belongs to the replay (see discard()). A live message is hidden as soon
 //   as the transcript holds its message_id, or once a transcript fetched after its turn settled is shown;
 //   from then on only the transcript's copy is shown. Nothing is ever appended to what is on screen: a
 //   reload starts from empty state and replays the same stream, so it cannot double text; the browser's
@@ -237,10 +237,12 @@ export class PageState {
     return isNew ? attempt : null;
   }
 
-  // Every delta of a discarded attempt precedes its discard event, so all the message has streamed so far
-  // goes. A discard naming a message this page has not seen (a worker lost mid-answer is reported by the
-  // sweeper under a message id of its own) discards the turn's unfinished live message of this epoch, if
-  // any; a message whose step asked for tools is finished and stays.
+  // A discard names its message and attempt, and every delta of that attempt precedes it, so that attempt's
+  // text goes; deltas after it start afresh (they are the replay's). When the attempt named is not one this
+  // page saw stream (a deploy's event counts interruptions, not attempts), all the message streamed so far
+  // goes: per the contract none of it can be kept. A discard naming a message the page never saw (the
+  // sweeper reports a lost worker under a message id of its own) discards the turn's unfinished live
+  // message of this epoch, if any; a message whose step asked for tools is finished and stays.
   discard(turn, ev) {
     if (!ev.discarded) return;
     let live = ev.message_id ? this.live.get(this.liveKey(turn, ev.message_id)) : null;
@@ -249,11 +251,14 @@ export class PageState {
       for (const [k, candidate] of this.live) if (k.startsWith(prefix) && !candidate.finished) live = candidate;
     }
     if (!live) return;
-    for (const attempt of live.current.values()) {
+    const named = ev.attempt != null ? Number(ev.attempt) : null;
+    const gone = named !== null && live.current.has(named) ? [named] : [...live.current.keys()];
+    for (const n of gone) {
+      const attempt = live.current.get(n);
       attempt.discarded = true;
       attempt.changed = true;
+      live.current.delete(n);
     }
-    live.current = new Map();
   }
 
   liveText(live) {
