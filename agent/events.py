@@ -27,6 +27,9 @@ EventType = Literal[
     "run.stopped",
 ]
 EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr-defined]
+# Live text rides in the same stream, so its order against the events is the stream's order; it is not
+# one of the events `Client.events` returns, and it is deleted a while after its unit settles.
+TEXT_DELTA = "text.delta"
 TERMINAL_TURN = frozenset({"turn.completed", "turn.failed", "turn.stopped"})
 TERMINAL_RUN = frozenset({"run.completed", "run.failed", "run.stopped"})
 
@@ -45,7 +48,7 @@ class Event(BaseModel):
 
 def encode_event(kind: str, owner_id: str, data: dict[str, Any], *, at: float | None = None) -> str:
     """The stored form (the stream id is added on read). `owner_id` is `chat:ID` or `run:ID`."""
-    if kind not in EVENT_TYPES:
+    if kind not in EVENT_TYPES and kind != TEXT_DELTA:
         raise ValueError(f"unknown event type {kind!r}")
     owner_kind, _, ident = owner_id.partition(":")
     body = {"type": kind, "at": time.time() if at is None else at, f"{owner_kind}_id": ident, **data}

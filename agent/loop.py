@@ -17,9 +17,10 @@ from agent.cancel import CancelToken
 from agent.errors import BatonError, Cancelled
 from agent.failures import FailureClass
 from agent.history import repair
+from agent.live import LiveText, NoLiveText
 from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, to_api
 from agent.policy import Backoff, Driver
-from agent.provider.base import Answer, Provider, ProviderRequest, TextSink, TokenUsage
+from agent.provider.base import Answer, Provider, ProviderRequest, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
 from agent.tools import Tool, ToolOutcome, execute
@@ -64,6 +65,9 @@ class LoopConfig:
     deadline: float | None = None  # time.monotonic() value after which a run stops with budget_exceeded
     stop_grace: float = 1.0  # how long a stop lets a running tool finish before abandoning it
     drain_grace: float = 2.0  # how long a drain lets a running tool settle
+    # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
+    # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
+    message_prefix: str | None = None
 
 
 def run_loop(
@@ -75,17 +79,19 @@ def run_loop(
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
-    on_text: TextSink | None = None,
+    live: LiveText | None = None,
 ) -> LoopState:
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
     tool_specs = [t.to_api() for t in tools.values()]
+    live = live or NoLiveText()
     while True:
         cancel.raise_if_set()
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = _model_step(history, state, provider, tool_specs, edge, cancel, config, on_text)
+        answer = _model_step(history, state, provider, tool_specs, edge, cancel, config, live)
         content = answer.content or (TextBlock(text="(no answer)"),)
-        state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id))
+        message_id = step_message_id(config, state)
+        state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))
         if not answer.tool_uses:
             state.reply = answer.text
             return state
@@ -120,7 +126,7 @@ def _model_step(
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
-    on_text: TextSink | None,
+    live: LiveText,
 ) -> Answer:
     step_id = f"model:{state.rounds_used}"
     recorded = edge.recorded(step_id)
@@ -133,7 +139,7 @@ def _model_step(
             discarded=recorded["discarded_attempts"],
         )
         return answer
-    message_id = f"{config.turn_id}:m{state.rounds_used}"
+    message_id = step_message_id(config, state)
     request = ProviderRequest(
         model=config.model,
         messages=to_api(repair([*history, *state.messages])),
@@ -141,13 +147,25 @@ def _model_step(
         system=config.system,
     )
 
+    kind = "turn.retry" if config.driver is Driver.CHAT_TURN else "run.step"
+    ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
+
     def on_retry(notice: RetryNotice) -> None:
         state.usage.add(
             input_tokens=notice.usage.input_tokens, output_tokens=notice.usage.output_tokens, attempts=1, discarded=1
         )
-        kind = "turn.retry" if config.driver is Driver.CHAT_TURN else "run.step"
-        ids = {"turn_id": config.turn_id} if config.driver is Driver.CHAT_TURN else {}
+        live.discarded(message_id, notice.attempt)
         edge.emit([(kind, {**ids, **_retry_event(notice)})])
+
+    start = live.begin(message_id)
+    if start.orphaned is not None:
+        # An earlier execution streamed text of this step and died before anything discarded it.
+        live.discarded(message_id, start.orphaned)
+        lost = {"message_id": message_id, "discarded": True, "attempt": start.orphaned, "reason": "worker lost"}
+        edge.emit([(kind, {**ids, **lost, "cause": "worker_lost"})])
+
+    def on_text(attempt: int, text: str) -> None:
+        live.text(message_id, attempt, text)
 
     before = state.usage.model_copy()
     try:
@@ -161,6 +179,7 @@ def _model_step(
             driver=config.driver,
             on_retry=on_retry,
             on_text=on_text,
+            first_attempt=start.attempts_before + 1,
         )
     except RequestFailed as failed:
         # The attempt that ended the request was made (and billed) too: count every attempt, once.
@@ -173,6 +192,7 @@ def _model_step(
         )
         raise
     answer = outcome.answer
+    live.ended(message_id)
     state.usage.add(
         input_tokens=answer.usage.input_tokens, output_tokens=answer.usage.output_tokens, attempts=1, discarded=0
     )
@@ -194,6 +214,11 @@ def _model_step(
         events.insert(0, ("run.step", {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses]}))
     edge.record(step_id, record, events)
     return answer
+
+
+def step_message_id(config: LoopConfig, state: LoopState) -> str:
+    """The id of the model step the loop is at: stable across its attempts and the executions that replay it."""
+    return f"{config.message_prefix or config.turn_id}:m{state.rounds_used}"
 
 
 def _retry_event(notice: RetryNotice) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class Message(BaseModel):
     role: Role
     content: tuple[Block, ...]
     turn_id: str | None = None
+    message_id: str | None = None  # an assistant message: the model step that produced it (its live text's id)
 
     @property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:
@@ -93,7 +94,9 @@ def load_message(raw: str | bytes | dict[str, Any]) -> Message | None:
                 blocks.append(_BLOCK.validate_python(block))
             except ValidationError:
                 continue
-        return Message(role=data["role"], content=tuple(blocks), turn_id=data.get("turn_id"))
+        return Message(
+            role=data["role"], content=tuple(blocks), turn_id=data.get("turn_id"), message_id=data.get("message_id")
+        )
     except (ValueError, KeyError, TypeError, ValidationError):
         return None
 

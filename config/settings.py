@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     backoff_scale: float = Field(1.0, ge=0, le=10)
     stop_grace: float = Field(1.0, ge=0, le=60)
     drain_grace: float = Field(2.0, ge=0, le=60)
+    # How long a settled unit's live text (its text.delta entries) stays readable before it is deleted.
+    live_text_retention: float = Field(120.0, ge=0, le=7 * 24 * 3600)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
 

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from agent.events import Event, decode_event, encode_event
+from agent.events import TEXT_DELTA, Event, decode_event, encode_event
 from agent.messages import Message
 from agent.rounds import same_text
 from config.celeryconfig import celery_config
@@ -200,7 +200,7 @@ class Client:
         out: list[Event] = []
         for stream_id, fields in self.redis.xrange(key, start, "+"):
             event = decode_event(stream_id.decode(), fields[b"e"])
-            if event is not None:
+            if event is not None and event.type != TEXT_DELTA:  # live text is the SSE stream's, not an event
                 out.append(event)
         return out
 
@@ -212,7 +212,7 @@ class Client:
         for _stream, entries in found or []:
             for stream_id, fields in entries:
                 event = decode_event(stream_id.decode(), fields[b"e"])
-                if event is not None:
+                if event is not None and event.type != TEXT_DELTA:
                     out.append(event)
         return out
 

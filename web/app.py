@@ -21,11 +21,14 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
 from tasks.client import Client
 from web import errors, routes_approvals, routes_chats, routes_runs
 from web.auth import require_token
+from web.hosts import LoopbackHostOnly
+from web.stream import BLOCK_MS
 
 STATIC = Path(__file__).with_name("static")
 HEALTH_TIMEOUT = 2.0
@@ -40,6 +43,9 @@ def stream_store(settings: Settings) -> aioredis.Redis:
         max_connections=settings.api_redis_connections,
         timeout=5,
         client_name="baton-web",
+        # redis-py 8 reads with a 5 s socket timeout by default; a stream's XREAD blocks longer than that.
+        socket_timeout=BLOCK_MS / 1000 + 10,
+        socket_connect_timeout=5,
         health_check_interval=30,
     )
     return aioredis.Redis(connection_pool=pool)
@@ -77,6 +83,13 @@ def create_app(settings: Settings | None = None, client: Client | None = None) -
     app.add_api_route("/", page, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+def serve_app() -> ASGIApp:
+    """What `baton serve` runs (a uvicorn factory): `create_app()` from the environment, and without a
+    token, only for requests whose Host is a loopback name (see web/hosts.py: DNS rebinding)."""
+    app = create_app()
+    return app if app.state.settings.api_token is not None else LoopbackHostOnly(app)
 
 
 async def healthz(request: Request) -> JSONResponse:

@@ -8,7 +8,7 @@ from tasks.store import keys
 
 def check_id(value: str, what: str) -> str:
     """`value` if it is a valid chat/run id, else the client's ValidationError (so a 422 with its message)."""
-    if not keys.ID_PATTERN.match(value):
+    if not keys.ID_PATTERN.fullmatch(value):  # fullmatch: `$` alone would let "id\n" through
         raise ValidationError(
             f"{what} must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit;"
             f" got {value!r}"

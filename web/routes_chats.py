@@ -23,14 +23,14 @@ router = APIRouter(prefix="/api/chats")
 @router.post("/{chat_id}/messages", status_code=202)
 def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
     """Enqueue a turn; answers as `baton send --json`."""
-    ref = client.send_message(chat_id, body.text)
+    ref = client.send_message(check_id(chat_id, "chat_id"), body.text)
     return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
 
 
 @router.get("/{chat_id}/turns/{turn_id}")
 def turn(chat_id: str, turn_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """A turn's result now (as `baton send --wait --json`, without waiting)."""
-    return client.turn(chat_id, turn_id).model_dump(mode="json")
+    return client.turn(check_id(chat_id, "chat_id"), check_id(turn_id, "turn_id")).model_dump(mode="json")
 
 
 @router.post("/{chat_id}/retry", status_code=202)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
@@ -61,14 +62,23 @@ def request_with_replay(
     cancel: CancelToken,
     driver: Driver = Driver.CHAT_TURN,
     on_retry: Callable[[RetryNotice], None] | None = None,
-    on_text: TextSink | None = None,
+    on_text: Callable[[int, str], None] | None = None,
+    first_attempt: int = 1,
 ) -> Outcome:
-    """Send `request` until one stream completes or the shared budget says stop."""
+    """Send `request` until one stream completes or the shared budget says stop.
+
+    Attempts are numbered from `first_attempt` (an execution after a drain goes on from the attempts an
+    earlier one made); the budget counts this execution's attempts. `on_text(attempt, text)` sees the text.
+    """
     usage = TokenUsage()
     for attempt in range(1, budget + 1):
         cancel.raise_if_set()
+        number = first_attempt + attempt - 1
+        sink: TextSink | None = None
+        if on_text is not None:
+            sink = partial(on_text, number)
         try:
-            answer = provider.stream(request, cancel=cancel, on_text=on_text)
+            answer = provider.stream(request, cancel=cancel, on_text=sink)
         except AttemptFailed as failed:
             usage = usage + failed.usage
             found = classify(failed.cause)
@@ -84,7 +94,7 @@ def request_with_replay(
             delay = compute_backoff(attempt, backoff, retry_after=found.retry_after)
             if on_retry is not None:
                 notice = RetryNotice(
-                    message_id, attempt, found.failure_class, reason, failed.had_output, failed.usage, delay
+                    message_id, number, found.failure_class, reason, failed.had_output, failed.usage, delay
                 )
                 on_retry(notice)
             if delay > 0 and cancel.wait(delay):

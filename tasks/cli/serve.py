@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 import sys
 
 from config.settings import Settings, SettingsError, load_settings
+from web.hosts import is_loopback
 
 TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"]*")
-
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1); False for anything reachable
-    from elsewhere, including 0.0.0.0 / :: (every interface) and hostnames we cannot judge."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def refusal(host: str, settings: Settings) -> str | None:
@@ -51,7 +40,8 @@ def page_url(host: str, port: int, settings: Settings) -> str:
 
 
 def serve(host: str, port: int) -> int:
-    """Run uvicorn with `web.app:create_app` until interrupted; exit 2 for bad settings or a refused host."""
+    """Run uvicorn with `web.app:serve_app` (create_app; without a token, loopback Hosts only) until
+    interrupted. Exit 2 for bad settings or a refused host."""
     import uvicorn
 
     try:
@@ -66,7 +56,7 @@ def serve(host: str, port: int) -> int:
     logging.getLogger("uvicorn.access").addFilter(RedactToken())
     print(f"Baton: the API and the chat page on {page_url(host, port, settings)}", flush=True)
     uvicorn.run(
-        "web.app:create_app",
+        "web.app:serve_app",
         factory=True,
         host=host,
         port=port,

@@ -28,6 +28,7 @@ from agent.rounds import load_round, seed_state, usable_round
 from agent.state import LoopState, Usage
 from config.settings import Settings
 from tasks.execution import wiring
+from tasks.execution.live import RedisLiveText
 from tasks.execution.settling import Outcome, Settling, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
@@ -48,6 +49,7 @@ class Execution(Settling):
         self.task_id = task_id
         self.client = wiring.redis_client(settings.redis_url)
         self.cancel = CancelToken()
+        self.live: RedisLiveText | None = None
 
     def run(self) -> Outcome:
         unit, client = self.unit, self.client
@@ -100,6 +102,8 @@ class Execution(Settling):
             )
         finally:
             watcher.stop()
+            if self.live is not None:
+                self.live.close()
 
     # -- the steps -------------------------------------------------------------------------------
 
@@ -140,6 +144,9 @@ class Execution(Settling):
         )
         # A new generation (a retry, an auto-resume) starts an empty journal; the run's step count goes on.
         journal.done_steps = max(journal.done_steps, rec.steps)
+        self.live = RedisLiveText(
+            client, self.fence, owner_id=unit.owner_id, unit_id=unit.unit_id, generation=rec.generation
+        )
         state = self._seed(rec, journal)
         history = load_transcript(client, unit.owner_id, rec.history_len - 1)
         config = self._config(rec)
@@ -157,6 +164,7 @@ class Execution(Settling):
                 edge=journal,
                 cancel=self.cancel,
                 config=config,
+                live=self.live,
             )
         except Cancelled as stop:
             if stop.reason == "stop":
@@ -181,6 +189,8 @@ class Execution(Settling):
             deadline=time.monotonic() + settings.run_wall_clock if is_run else None,
             stop_grace=settings.stop_grace,
             drain_grace=settings.drain_grace,
+            # A new generation starts a new journal, so its steps get new ids (a resume keeps the old rounds').
+            message_prefix=unit.unit_id if rec.generation == 0 else f"{unit.unit_id}:g{rec.generation}",
         )
 
     def _seed(self, rec: UnitRecord, journal: RedisJournal) -> LoopState:

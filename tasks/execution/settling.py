@@ -6,6 +6,7 @@ under the lease, so a stale holder can never settle a unit another worker now ow
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import redis
 
     from config.settings import Settings
+    from tasks.execution.live import RedisLiveText
     from tasks.store.fenced import Fence
 
 
@@ -65,6 +67,7 @@ class Settling:
     client: redis.Redis
     settings: Settings
     fence: Fence
+    live: RedisLiveText | None
 
     def _event(self, batch: Batch, kind: str, data: dict[str, object]) -> None:
         batch.xadd(keys.events(self.unit.owner_id), encode_event(kind, self.unit.owner_id, {**self._ids(), **data}))
@@ -72,10 +75,28 @@ class Settling:
     def _ids(self) -> dict[str, object]:
         return {"turn_id": self.unit.unit_id} if self.unit.driver is Driver.CHAT_TURN else {}
 
+    def _cut(self, next_message_id: str | None = None) -> dict[str, object]:
+        """The attempt that was streaming when the unit stopped (now void), for the event that says so.
+
+        Without one, `next_message_id` names the step the unit was at, with no attempt to discard.
+        """
+        cut = self.live.cut() if self.live is not None else None
+        if cut is not None:
+            return {"message_id": cut[0], "attempt": cut[1]}
+        return {"message_id": next_message_id} if next_message_id else {}
+
     def _finish(self, batch: Batch, rec: UnitRecord) -> None:
-        """What every terminal settle shares: drop the journal, the stop flag, the queue entry, the lease."""
+        """What every terminal settle shares: drop the journal, the stop flag, the queue entry, the lease.
+
+        The unit's live text goes a while later (`BATON_LIVE_TEXT_RETENTION`), so a client reading behind
+        or reconnecting just after the end still gets it; the transcript is the record from then on.
+        """
         owner = self.unit.owner_id
         batch.add("DEL", keys.journal(owner, self.unit.unit_id, rec.generation))
+        batch.add("DEL", keys.live(owner, self.unit.unit_id, rec.generation))
+        since_ms = int(max(0.0, rec.created_at - 60) * 1000)  # a minute's slack for the clocks of client and Redis
+        due = time.time() + self.settings.live_text_retention
+        batch.add("ZADD", keys.DELTA_TRIM, str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
         if self.client.get(keys.stop(owner)) in (self.unit.unit_id.encode(), b"*"):
             batch.add("DEL", keys.stop(owner))
         if self.unit.driver is Driver.CHAT_TURN:
@@ -128,6 +149,8 @@ class Settling:
             },
         )
         data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
+        if status != "completed":
+            data.update(self._cut())  # text the unit was streaming when it failed or stopped is void
         if failure is not None:
             data.update(
                 {
@@ -183,12 +206,13 @@ class Settling:
                 },
             )
             batch.add("DEL", keys.journal(unit.owner_id, unit.unit_id, rec.generation))
+            batch.add("DEL", keys.live(unit.owner_id, unit.unit_id, rec.generation))
             reason = f"{failure_class}: resuming from the stored round"
             self._event(
                 batch,
                 f"{unit.event_prefix}.retry" if unit.driver is Driver.CHAT_TURN else "run.step",
                 {
-                    "message_id": f"{unit.unit_id}:m{state.rounds_used}",
+                    **self._cut(f"{unit.unit_id}:m{state.rounds_used}"),
                     "discarded": True,
                     "class": str(failure_class),
                     "reason": reason,
@@ -237,7 +261,10 @@ class Settling:
         )
         text = DEPLOY_NOTICE.format(attempt=verdict.attempt, max_attempts=verdict.max_attempts)
         batch.add("RPUSH", keys.transcript(unit.owner_id), dump_message(notice("interrupted", text, unit.unit_id)))
+        cut = self._cut()
         if unit.driver is Driver.CODING_RUN:
+            if cut:
+                self._event(batch, "run.step", {**cut, "discarded": True, "reason": "platform interrupt"})
             self._event(
                 batch,
                 "run.interrupted",
@@ -249,11 +276,12 @@ class Settling:
                 "turn.retry",
                 {
                     "message_id": f"{unit.unit_id}:m{state.rounds_used}",
+                    **cut,  # the provider attempt the drain cut, if one was streaming
                     "discarded": True,
                     "reason": "platform interrupt",
                     "cause": cause,
-                    "attempt": verdict.attempt,
-                    "max_attempts": verdict.max_attempts,
+                    "interruption": verdict.attempt,
+                    "max_interruptions": verdict.max_attempts,
                 },
             )
         batch.add("DEL", keys.lease(unit.owner_id))

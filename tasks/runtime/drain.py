@@ -23,6 +23,7 @@ from celery import signals
 from agent.errors import ToolDefinitionError, ToolLoadError
 from tasks.app import app, settings
 from tasks.execution import wiring
+from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
 from tasks.store import keys
 
@@ -58,6 +59,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
             try:
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
+                trim_live_text(client, time.time())
                 if broker is not None and time.monotonic() >= next_lost_check:
                     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
                     for owner_id in sweep_lost_messages(client, broker, app, settings):

@@ -82,9 +82,14 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec) -> bool:
     pipe.hset(record_key, mapping={"status": '"waiting"', "waiting_reason": '"platform_interrupt"'})
     pipe.rpush(keys.transcript(rec.owner_id), dump_message(notice("interrupted", text, rec.unit_id)))
     kind = "run.interrupted" if rec.kind == "run" else "turn.retry"
-    data = {"cause": "worker_lost", "attempt": verdict.attempt, "max_attempts": verdict.max_attempts, "message": text}
+    data: dict[str, object] = {"cause": "worker_lost", "message": text}
     if rec.kind == "turn":
+        # A turn.retry's `attempt` is the provider attempt it discards; which one (if any) streamed text is
+        # known to the execution that replays the step, which voids it before its own text.
+        data.update({"interruption": verdict.attempt, "max_interruptions": verdict.max_attempts})
         data.update({"message_id": f"{rec.unit_id}:lost", "discarded": True, "reason": "platform interrupt"})
+    else:
+        data.update({"attempt": verdict.attempt, "max_attempts": verdict.max_attempts})
     pipe.xadd(keys.events(rec.owner_id), {"e": encode_event(kind, rec.owner_id, {**ids, **data})})
     pipe.execute()
     _publish(app, settings, rec)

@@ -7,6 +7,8 @@ and a stale holder (one whose lease expired and was taken over) writes nothing a
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -56,22 +58,37 @@ class Batch:
     def xadd(self, key: str, event_json: str) -> Batch:
         return self.add("XADD", key, "MAXLEN", "~", str(EVENTS_MAXLEN), "*", "e", event_json)
 
+    def extend(self, other: Batch) -> Batch:
+        """Append another batch's commands after this one's, in order."""
+        for op in other.ops:
+            self.ops.append([op[0], self._key(other.keys[op[1] - 2]), *op[2:]])
+        return self
+
     def __bool__(self) -> bool:
         return bool(self.ops)
 
 
 class Fence:
-    """Writes batches under one lease token; raises `LeaseLost` when the lease is no longer ours."""
+    """Writes batches under one lease token; raises `LeaseLost` when the lease is no longer ours.
+
+    `prelude`, when set, supplies commands that go ahead of every batch in the same write (buffered live
+    text): whatever was streamed before an event is then in the stream before it, even across threads.
+    """
 
     def __init__(self, client: redis.Redis, lease_key: str, token: str) -> None:
         self._client = client
         self._lease_key = lease_key
         self._token = token
         self._script = client.register_script(_FENCED)
+        self._lock = threading.Lock()
+        self.prelude: Callable[[], Batch] | None = None
 
     def commit(self, batch: Batch) -> None:
-        if not batch:
-            return
-        ok = self._script(keys=[self._lease_key, *batch.keys], args=[self._token, json.dumps(batch.ops)])
+        with self._lock:
+            if self.prelude is not None:
+                batch = self.prelude().extend(batch)
+            if not batch:
+                return
+            ok = self._script(keys=[self._lease_key, *batch.keys], args=[self._token, json.dumps(batch.ops)])
         if not ok:
             raise LeaseLost(f"lease {self._lease_key} is held by another execution")

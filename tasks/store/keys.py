@@ -14,6 +14,7 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
 PENDING = f"{PREFIX}:pending"  # sorted set: owner with unfinished work -> last enqueued/checked; lost-message sweep
 RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
+DELTA_TRIM = f"{PREFIX}:deltas:trim"  # sorted set: [owner, unit, since ms] -> when its live text is deleted
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
 
 
@@ -55,6 +56,11 @@ def lease(owner_id: str) -> str:
 
 def journal(owner_id: str, unit_id: str, generation: int) -> str:
     return f"{base(owner_id)}:journal:{unit_id}:{generation}"
+
+
+def live(owner_id: str, unit_id: str, generation: int) -> str:
+    """Hash: message id -> the attempts of that step that streamed text, and those discarded since."""
+    return f"{base(owner_id)}:live:{unit_id}:{generation}"
 
 
 def round_slot(owner_id: str) -> str:

@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,6 +74,8 @@ class Reply:
     fault: Fault | None = None
     input_tokens: int = 10
     output_tokens: int = 5
+    pace: float = 0.0  # seconds between SSE events, for answers that stream visibly (live text, mid-answer faults)
+    parts: int = 3  # text deltas a text block is split into
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Reply:
@@ -283,7 +286,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     self.server.fake._release.wait(fault.seconds)
                 self._abort()
             return
-        events = sse.stream_events(*args)
+        events = sse.stream_events(*args, parts=reply.parts)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
@@ -293,6 +296,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         for name, data in events if fault is None else events[: fault.after_events]:
             self.wfile.write(sse.chunk(sse.encode_event(name, data)))
+            if reply.pace:
+                self.wfile.flush()
+                time.sleep(reply.pace)  # the pace of a real model's stream, not a wait for a condition
         if fault is None:
             self.wfile.write(sse.LAST_CHUNK)
         elif fault.kind == "overloaded":

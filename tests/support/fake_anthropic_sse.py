@@ -100,7 +100,14 @@ def split_chunks(s: str, parts: int = 3) -> list[str]:
 
 
 def stream_events(
-    msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str, input_tokens: int, output_tokens: int
+    msg_id: str,
+    model: str,
+    content: list[dict[str, Any]],
+    stop_reason: str,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    parts: int = 3,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them.
 
@@ -120,7 +127,7 @@ def stream_events(
             ]
         elif block.get("type") == "text":
             head = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in split_chunks(block["text"])]
+            deltas = [{"type": "text_delta", "text": p} for p in split_chunks(block["text"], parts)]
         else:  # anything else (e.g. thinking) is sent whole in its start event
             head, deltas = block, []
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))

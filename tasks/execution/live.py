@@ -1,0 +1,175 @@
+"""Live text in Redis: a model step's text deltas, batched into the unit's event stream as they stream.
+
+Deltas are buffered and written at most every `FLUSH_SECONDS` (or sooner past `FLUSH_CHARS`), never
+per token. They go out through the unit's `Fence` as its prelude, so every event the execution writes
+is preceded in the stream by all text streamed before it, and a stale holder publishes no text at all.
+Which attempts of a step streamed text, and which were discarded since, is kept per generation in
+`keys.live`, so an execution after a drain or a lost worker numbers its attempts on and voids the
+text a dead worker left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from agent.errors import LeaseLost
+from agent.events import TEXT_DELTA, encode_event
+from agent.live import StepStart
+from tasks.store import keys
+from tasks.store.fenced import Batch, Fence
+
+log = logging.getLogger("baton.live")
+
+FLUSH_SECONDS = 0.05
+FLUSH_CHARS = 400
+LIVE_RETENTION_MS = 7 * 24 * 3600 * 1000  # like the journal: an abandoned record does not outlive a week
+
+
+class RedisLiveText:
+    """The `agent.live.LiveText` of one execution; `close()` it when the execution ends."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        fence: Fence,
+        *,
+        owner_id: str,
+        unit_id: str,
+        generation: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._fence = fence
+        self._owner_id = owner_id
+        self._unit_id = unit_id
+        self._key = keys.live(owner_id, unit_id, generation)
+        self._events_key = keys.events(owner_id)
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._pending: list[tuple[str, int, str]] = []  # (message id, attempt, text), coalesced per attempt
+        self._pending_chars = 0
+        self._next_index: dict[tuple[str, int], int] = {}
+        self._attempts: dict[str, dict[str, int]] | None = None  # message id -> {"started", "discarded"}
+        self._dirty: set[str] = set()
+        self._in_flight: tuple[str, int] | None = None
+        self._last_flush = float("-inf")
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        fence.prelude = self._take
+
+    # -- agent.live.LiveText -----------------------------------------------------------------------
+
+    def begin(self, message_id: str) -> StepStart:
+        attempts = self._load().get(message_id)
+        if attempts is None:
+            return StepStart(0)
+        started, discarded = attempts["started"], attempts["discarded"]
+        return StepStart(started, orphaned=started if started > discarded else None)
+
+    def text(self, message_id: str, attempt: int, text: str) -> None:
+        if not text:
+            return
+        with self._cv:
+            attempts = self._load().setdefault(message_id, {"started": 0, "discarded": 0})
+            if attempts["started"] < attempt:
+                attempts["started"] = attempt
+                self._dirty.add(message_id)
+            self._in_flight = (message_id, attempt)
+            if self._pending and self._pending[-1][:2] == (message_id, attempt):
+                self._pending[-1] = (message_id, attempt, self._pending[-1][2] + text)
+            else:
+                self._pending.append((message_id, attempt, text))
+            self._pending_chars += len(text)
+            due = self._pending_chars >= FLUSH_CHARS or self._clock() - self._last_flush >= FLUSH_SECONDS
+            if not due:
+                self._ensure_flusher()
+                self._cv.notify()
+        if due:
+            self._fence.commit(Batch())
+
+    def discarded(self, message_id: str, attempt: int) -> None:
+        with self._cv:
+            attempts = self._load().setdefault(message_id, {"started": 0, "discarded": 0})
+            if attempts["discarded"] < attempt:
+                attempts["discarded"] = attempt
+                self._dirty.add(message_id)
+            if self._in_flight == (message_id, attempt):
+                self._in_flight = None
+
+    def ended(self, message_id: str) -> None:
+        with self._cv:
+            if self._in_flight is not None and self._in_flight[0] == message_id:
+                self._in_flight = None
+
+    # -- for the settle ----------------------------------------------------------------------------
+
+    def cut(self) -> tuple[str, int] | None:
+        """The attempt that was streaming when the unit stopped, marked discarded (the settle says so)."""
+        with self._cv:
+            cut = self._in_flight
+        if cut is not None:
+            self.discarded(*cut)
+        return cut
+
+    def close(self) -> None:
+        """Stop the flusher; text still buffered goes out with the next commit (the settle's)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    # -- the buffer ----------------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, dict[str, int]]:
+        if self._attempts is None:
+            raw = self._client.hgetall(self._key)
+            self._attempts = {
+                (k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()
+            }
+        return self._attempts
+
+    def _take(self) -> Batch:
+        """The fence's prelude: buffered deltas and attempt marks, emptied into the batch being written."""
+        batch = Batch()
+        with self._cv:
+            for message_id, attempt, text in self._pending:
+                index = self._next_index.get((message_id, attempt), 0)
+                self._next_index[(message_id, attempt)] = index + 1
+                data = {"turn_id": self._unit_id, "message_id": message_id, "attempt": attempt, "index": index}
+                batch.xadd(self._events_key, encode_event(TEXT_DELTA, self._owner_id, {**data, "text": text}))
+            if self._dirty and self._attempts is not None:
+                marks = {m: json.dumps(self._attempts[m]) for m in sorted(self._dirty)}
+                batch.hset(self._key, marks, raw=True).add("PEXPIRE", self._key, str(LIVE_RETENTION_MS))
+            if self._pending:
+                self._last_flush = self._clock()
+            self._pending.clear()
+            self._pending_chars = 0
+            self._dirty.clear()
+        return batch
+
+    def _ensure_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="baton-live-text", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        """Writes what a burst left buffered once its interval is up (the trailing edge of the batching)."""
+        while True:
+            with self._cv:
+                while not self._closed:
+                    wait = self._last_flush + FLUSH_SECONDS - self._clock()
+                    if self._pending and wait <= 0:
+                        break
+                    self._cv.wait(wait if self._pending else None)
+                if self._closed:
+                    return
+            try:
+                self._fence.commit(Batch())
+            except (LeaseLost, redis.RedisError) as err:
+                # The execution's own next write meets the same error and settles accordingly.
+                log.debug("live text not written: %s", err)
