@@ -79,8 +79,9 @@ def _error_type(err: Any) -> str | None:
     body = err.body
     if isinstance(body, dict):
         inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-            return inner["type"]
+        kind = inner.get("type") if isinstance(inner, dict) else None
+        if isinstance(kind, str):
+            return kind
     return getattr(err, "type", None) if isinstance(getattr(err, "type", None), str) else None
 
 

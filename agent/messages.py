@@ -81,7 +81,7 @@ def notice(kind: str, text: str, turn_id: str | None = None) -> Message:
     return Message(role="notice", content=(NoticeBlock(kind=kind, text=text),), turn_id=turn_id)
 
 
-_BLOCK = TypeAdapter(Block)
+_BLOCK: TypeAdapter[Block] = TypeAdapter(Block)
 
 
 def load_message(raw: str | bytes | dict[str, Any]) -> Message | None:

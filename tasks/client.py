@@ -19,6 +19,7 @@ from config.settings import Settings, load_settings
 from tasks.store import keys
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
+from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 
 
 class ValidationError(ValueError):
@@ -78,7 +79,7 @@ class Client:
             kind="turn", owner_id=owner, unit_id=turn_id, text=text, task_id=task_id, created_at=now, updated_at=now
         )
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(keys.record(owner, turn_id), mapping=rec.to_hash())
+        pipe.hset(keys.record(owner, turn_id), mapping=hash_mapping(rec.to_hash()))
         pipe.rpush(keys.queue(owner), turn_id)
         pipe.rpush(keys.turns(owner), turn_id)
         if last is None or last.terminal:
@@ -93,7 +94,7 @@ class Client:
 
     def _last_turn(self, owner: str) -> UnitRecord | None:
         last = self.redis.lindex(keys.turns(owner), -1)
-        return load_record(self.redis, owner, last.decode()) if last else None
+        return load_record(self.redis, owner, text(last)) if last else None
 
     def _retry_turn(self, rec: UnitRecord) -> TurnRef:
         task_id = str(uuid.uuid4())
@@ -149,9 +150,8 @@ class Client:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
             found = self.redis.xread({keys.events(owner): last_id}, block=block_ms, count=100)
-            for _stream, entries in found or []:
-                for stream_id, _fields in entries:
-                    last_id = stream_id.decode()
+            for stream_id, _fields in read_entries(found or []):
+                last_id = stream_id
 
     # -- either kind -----------------------------------------------------------------------------
 
@@ -198,8 +198,8 @@ class Client:
         key = keys.events(self._owner(ident))
         start = f"({after}" if after else "-"
         out: list[Event] = []
-        for stream_id, fields in self.redis.xrange(key, start, "+"):
-            event = decode_event(stream_id.decode(), fields[b"e"])
+        for stream_id, fields in stream_entries(self.redis.xrange(key, start, "+")):
+            event = decode_event(stream_id, fields[b"e"])
             if event is not None and event.type != TEXT_DELTA:  # live text is the SSE stream's, not an event
                 out.append(event)
         return out
@@ -209,11 +209,10 @@ class Client:
         key = keys.events(self._owner(ident))
         found = self.redis.xread({key: after or "0-0"}, block=block_ms, count=500)
         out: list[Event] = []
-        for _stream, entries in found or []:
-            for stream_id, fields in entries:
-                event = decode_event(stream_id.decode(), fields[b"e"])
-                if event is not None and event.type != TEXT_DELTA:
-                    out.append(event)
+        for stream_id, fields in read_entries(found or []):
+            event = decode_event(stream_id, fields[b"e"])
+            if event is not None and event.type != TEXT_DELTA:
+                out.append(event)
         return out
 
     # -- coding runs -----------------------------------------------------------------------------
@@ -239,7 +238,7 @@ class Client:
         )
         if not self.redis.hsetnx(keys.record(owner, run_id), "kind", json.dumps("run")):
             raise ValidationError(f"run {run_id} already exists")
-        self.redis.hset(keys.record(owner, run_id), mapping=rec.to_hash())
+        self.redis.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
         self.redis.sadd(keys.RUNS, run_id)
         self.redis.zadd(keys.PENDING, {owner: now})
         self._celery.send_task("baton.coding_run", args=[run_id], task_id=task_id, queue=self.settings.queue)

@@ -13,6 +13,7 @@ import redis
 
 from agent.events import TEXT_DELTA
 from tasks.store import keys
+from tasks.store.replies import members, stream_entries, text
 
 PAGE = 500
 
@@ -20,7 +21,7 @@ PAGE = 500
 def trim_live_text(client: redis.Redis, now: float, *, limit: int = 20) -> int:
     """Delete the live text of units whose retention has passed; returns how many entries were deleted."""
     deleted = 0
-    for member in client.zrangebyscore(keys.DELTA_TRIM, "-inf", now, start=0, num=limit):
+    for member in members(client.zrangebyscore(keys.DELTA_TRIM, "-inf", now, start=0, num=limit)):
         if not client.zrem(keys.DELTA_TRIM, member):
             continue  # another worker's sweep took this one
         owner_id, unit_id, since_ms = json.loads(member)
@@ -32,17 +33,17 @@ def _trim_unit(client: redis.Redis, stream: str, unit_id: str, since_ms: int) ->
     deleted = 0
     start = f"{since_ms}-0"
     while True:
-        entries = client.xrange(stream, start, "+", count=PAGE)
+        entries = stream_entries(client.xrange(stream, start, "+", count=PAGE))
         ids = [sid for sid, fields in entries if _is_delta_of(fields.get(b"e", b""), unit_id)]
         if ids:
             deleted += int(client.xdel(stream, *ids))
         if len(entries) < PAGE:
             return deleted
-        start = f"({entries[-1][0].decode()}"
+        start = f"({entries[-1][0]}"
 
 
-def _is_delta_of(raw: bytes, unit_id: str) -> bool:
-    if b'"text.delta"' not in raw:  # most entries are not deltas; skip parsing them
+def _is_delta_of(raw: bytes | str, unit_id: str) -> bool:
+    if '"text.delta"' not in text(raw):  # most entries are not deltas; skip parsing them
         return False
     try:
         data = json.loads(raw)

@@ -11,17 +11,18 @@ from agent.events import encode_event
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from agent.policy import after_interruption
 from config.settings import Settings
-from tasks.store.reads import chat_head, keys, load_record
-from tasks.store.records import Failure
+from tasks.store import keys
+from tasks.store.reads import chat_head, load_record
+from tasks.store.records import Failure, UnitRecord
+from tasks.store.replies import blobs, members, scored_texts
 
 
 def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None) -> list[str]:
     """Requeue every stale, lease-less, still-running unit once; returns the owners requeued."""
     now = time.time() if now is None else now
-    stale = client.zrangebyscore(keys.ACTIVE, "-inf", now - settings.lease_ttl)
+    stale = members(client.zrangebyscore(keys.ACTIVE, "-inf", now - settings.lease_ttl))
     recovered: list[str] = []
-    for raw in stale:
-        owner_id = raw.decode()
+    for owner_id in stale:
         if client.exists(keys.lease(owner_id)):
             continue  # alive (its heartbeat will refresh the score) or just taken over
         if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):
@@ -38,7 +39,7 @@ def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: flo
     return recovered
 
 
-def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec) -> bool:  # noqa: ANN001
+def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitRecord) -> bool:
     count = int(client.hincrby(keys.record(rec.owner_id, rec.unit_id), "interruptions", 1))
     verdict = after_interruption(count, settings.max_interruptions, has_record=True)
     prefix = "turn" if rec.kind == "turn" else "run"
@@ -96,7 +97,7 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec) -> bool:
     return True
 
 
-def _publish(app: Celery, settings: Settings, rec) -> None:  # noqa: ANN001
+def _publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
     """Send the unit's task again, under its current task id (so a duplicate copy is recognisably the same)."""
     name, args = (
         ("baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id])
@@ -135,13 +136,14 @@ def sweep_lost_messages(
     the lease, or the finished record, turns the second copy away.
     """
     now = time.time() if now is None else now
-    due = client.zrangebyscore(
-        keys.PENDING, "-inf", now - pending_check_seconds(settings), withscores=True, score_cast_func=bytes.decode
+    due = scored_texts(
+        client.zrangebyscore(
+            keys.PENDING, "-inf", now - pending_check_seconds(settings), withscores=True, score_cast_func=bytes.decode
+        )
     )
     messages: bytes | None = None
     republished: list[str] = []
-    for raw, score in due:
-        owner_id = raw.decode()
+    for owner_id, score in due:
         kind, _, ident = owner_id.partition(":")
         unit_id = chat_head(client, owner_id) if kind == "chat" else ident
         rec = load_record(client, owner_id, unit_id) if unit_id else None
@@ -152,7 +154,7 @@ def sweep_lost_messages(
         if rec.status == "running" or client.exists(keys.lease(owner_id)):
             continue  # started: the lease and the recovery sweep look after it
         if messages is None:
-            messages = b"\n".join([*broker.lrange(settings.queue, 0, -1), *broker.hvals(KOMBU_UNACKED)])
+            messages = b"\n".join([*blobs(broker.lrange(settings.queue, 0, -1)), *blobs(broker.hvals(KOMBU_UNACKED))])
         if rec.task_id.encode() in messages:
             continue  # queued, or held by a worker (a dead one's comes back after the visibility timeout)
         if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):

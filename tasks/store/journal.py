@@ -16,6 +16,7 @@ from agent.events import encode_event
 from agent.loop import EventDraft
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
+from tasks.store.replies import text
 
 JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
 
@@ -30,7 +31,7 @@ class RedisJournal:
         self.record_key = keys.record(owner_id, unit_id)
         self.events_key = keys.events(owner_id)
         self.steps: dict[str, dict[str, Any]] = {
-            (k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in client.hgetall(self.key).items()
+            text(k): json.loads(v) for k, v in client.hgetall(self.key).items()
         }
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
 

@@ -8,6 +8,8 @@ import uuid
 
 import redis
 
+from tasks.store.replies import text_or_none
+
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -52,8 +54,7 @@ class Lease:
         return bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
 
     def holder(self) -> str | None:
-        value = self.client.get(self.key)
-        return value.decode() if isinstance(value, bytes) else value
+        return text_or_none(self.client.get(self.key))
 
     def renew(self, client: redis.Redis | redis.client.Pipeline | None = None) -> bool:
         """Extend our lease; with a pipeline, queue the renewal and return True (read it from `execute`)."""

@@ -7,6 +7,7 @@ import redis
 from agent.messages import Message, load_message
 from tasks.store import keys
 from tasks.store.records import UnitRecord
+from tasks.store.replies import text
 
 
 def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord | None:
@@ -24,7 +25,7 @@ def chat_head(client: redis.Redis, owner_id: str) -> str | None:
         head = client.lindex(keys.queue(owner_id), 0)
         if head is None:
             return None
-        turn_id = head.decode()
+        turn_id = text(head)
         rec = load_record(client, owner_id, turn_id)
         if rec is not None and not rec.terminal:
             return turn_id

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.store.replies import text
+
 Status = Literal["queued", "running", "waiting", "completed", "failed", "stopped"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "stopped"})
 
@@ -61,10 +63,7 @@ class UnitRecord(BaseModel):
     def from_hash(cls, raw: dict[bytes | str, bytes | str]) -> UnitRecord | None:
         if not raw:
             return None
-        data = {
-            (k.decode() if isinstance(k, bytes) else k): json.loads(v.decode() if isinstance(v, bytes) else v)
-            for k, v in raw.items()
-        }
+        data = {text(k): json.loads(text(v)) for k, v in raw.items()}
         return cls.model_validate(data)
 
     @property
