@@ -10,6 +10,7 @@ it got there, and waits until the test opens the gate. Then it either finishes t
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,15 +48,8 @@ class HeldReply(Reply):
 
 def held(reply: Reply, gate: Gate, *, hold_after: int = 4, then: Literal["finish", "drop"] = "finish") -> HeldReply:
     """`reply`, held at event `hold_after` (event 4 is the first text delta of a one-block text reply)."""
-    return HeldReply(
-        content=reply.content,
-        stop_reason=reply.stop_reason,
-        input_tokens=reply.input_tokens,
-        output_tokens=reply.output_tokens,
-        gate=gate,
-        hold_after=hold_after,
-        then=then,
-    )
+    fields = {f.name: getattr(reply, f.name) for f in dataclasses.fields(Reply)}
+    return HeldReply(**fields, gate=gate, hold_after=hold_after, then=then)
 
 
 class _HoldingHandler(_RequestHandler):
@@ -75,6 +69,7 @@ class _HoldingHandler(_RequestHandler):
             stop_reason,
             reply.input_tokens,
             reply.output_tokens,
+            parts=reply.parts,
         )
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")

@@ -140,7 +140,7 @@ export class PageState {
         break;
       case "turn.retry":
         this.discard(turn, ev);
-        if (ev.max_attempts) turn.waiting = "platform_interrupt";
+        if (ev.max_interruptions || ev.max_attempts) turn.waiting = "platform_interrupt";
         break;
       case "run.step":
         this.steps.push(ev);
@@ -193,6 +193,8 @@ export class PageState {
   }
 
   settle(turn, type, ev) {
+    // A stop or a failure names the attempt it cut while streaming: that text is void.
+    if (ev.message_id && ev.attempt != null) this.discard(turn, { ...ev, discarded: true });
     turn.status = type.split(".")[1];
     turn.waiting = null;
     turn.failure = turn.status === "failed" ? { cls: ev.class, message: ev.message, retryable: ev.retryable } : null;
@@ -202,6 +204,7 @@ export class PageState {
     for (const item of this.liveItems) {
       if (item.turnKey === turn.key && item.settledAt == null) item.settledAt = this.applied;
     }
+    for (const live of this.live.values()) if (live.turnKey === turn.key) live.settled = true;
     turn.epoch += 1;
   }
 
@@ -219,7 +222,7 @@ export class PageState {
     const key = this.liveKey(turn, ev.message_id);
     let live = this.live.get(key);
     if (!live) {
-      live = { key, messageId: ev.message_id, turnKey: turn.key, current: new Map(), finished: false };
+      live = { key, messageId: ev.message_id, turnKey: turn.key, current: new Map(), finished: false, settled: false };
       this.live.set(key, live);
       this.addLiveItem("text", key, turn);
     }
@@ -242,13 +245,19 @@ export class PageState {
   // page saw stream (a deploy's event counts interruptions, not attempts), all the message streamed so far
   // goes: per the contract none of it can be kept. A discard naming a message the page never saw (the
   // sweeper reports a lost worker under a message id of its own) discards the turn's unfinished live
-  // message of this epoch, if any; a message whose step asked for tools is finished and stays.
+  // message, if any; a message whose step asked for tools is finished and stays.
   discard(turn, ev) {
     if (!ev.discarded) return;
-    let live = ev.message_id ? this.live.get(this.liveKey(turn, ev.message_id)) : null;
-    if (!live) {
-      const prefix = `${turn.key}~${turn.epoch}~`;
-      for (const [k, candidate] of this.live) if (k.startsWith(prefix) && !candidate.finished) live = candidate;
+    // A step keeps its message id across executions (a drain, a lost worker), so look in every epoch.
+    let live = null;
+    for (const candidate of this.live.values()) {
+      if (candidate.turnKey !== turn.key || candidate.settled) continue;
+      if (ev.message_id ? candidate.messageId === ev.message_id : !candidate.finished) live = candidate;
+    }
+    if (!live && ev.message_id) {
+      for (const candidate of this.live.values()) {
+        if (candidate.turnKey === turn.key && !candidate.settled && !candidate.finished) live = candidate;
+      }
     }
     if (!live) return;
     const named = ev.attempt != null ? Number(ev.attempt) : null;

@@ -17,7 +17,8 @@ const LABELS = {
 /** What happened, in words (the type itself is shown beneath). */
 export function labelOf(type, ev) {
   if (type === "turn.retry" || (type === "run.step" && ev.discarded)) {
-    if (ev.max_attempts) return "Interrupted by a deploy";
+    if (ev.max_interruptions || ev.max_attempts) return "Interrupted by a deploy";
+    if (ev.cause === "worker_lost" || ev.reason === "worker lost") return "Worker lost, its text discarded";
     if (ev.auto_resume) return "Resuming from the stored round";
     if (ev.had_output) return "Stream broke, partial text discarded";
     return ev.had_output === false ? "Attempt failed, retried" : "Attempt discarded";
@@ -42,6 +43,9 @@ function tagsOf(type, ev) {
   const tags = [];
   const tag = (text, cls = "", testid = null) => tags.push(h("span", { class: `tag ${cls}`, "data-testid": testid, text }));
   if (ev.class) tag(ev.class, "tag-class", "timeline-class");
+  if (ev.interruption != null) {
+    tag(`interruption ${ev.interruption}${ev.max_interruptions ? ` of ${ev.max_interruptions}` : ""}`, "", "timeline-interruption");
+  }
   if (ev.attempt != null) {
     tag(ev.max_attempts ? `attempt ${ev.attempt} of ${ev.max_attempts}` : `attempt ${ev.attempt}`, "", "timeline-attempt");
   }
