@@ -65,7 +65,13 @@ def test_a_stream_broken_mid_answer_shows_its_draft_then_only_the_replayed_answe
     expect(retry.get_by_test_id("timeline-class")).to_have_text("infra_transient")
     expect(page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')).to_have_count(1)
     assert assistant_texts(served, chat) == ["The replayed answer, written exactly once."]
+    expect(page.get_by_test_id("turn-meta")).to_contain_text("1 attempt discarded and replayed")
     shoot(page, "1-drop-replayed")
+    page.emulate_media(color_scheme="dark")
+    shoot(page, "1-drop-replayed-dark")
+    page.emulate_media(color_scheme="light")
+    page.set_viewport_size({"width": 420, "height": 900})  # a phone: chat above, timeline below
+    shoot(page, "1-drop-replayed-narrow")
 
 
 def test_stop_on_a_slow_answer_says_stopped_by_user(served, page, shoot):

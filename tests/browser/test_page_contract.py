@@ -26,6 +26,7 @@ from tests.support.web_server import ApiServer
 pytestmark = pytest.mark.integration
 
 WAIT_MS = 20_000
+TOKEN = "page-test-token-0123456789"
 
 
 class Feed:
@@ -58,8 +59,9 @@ class Feed:
 
 
 class Bare:
-    def __init__(self, api: ApiServer, r: redis.Redis) -> None:
+    def __init__(self, api: ApiServer, guarded: ApiServer, r: redis.Redis) -> None:
         self.api = api
+        self.guarded = guarded  # the same store behind BATON_API_TOKEN
         self.r = r
 
     def feed(self, chat_id: str) -> Feed:
@@ -70,15 +72,17 @@ class Bare:
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bare]:
     tmp = tmp_path_factory.mktemp("page-contract")
     redis_server = RedisServer(tmp / "redis").start()
-    api = None
+    servers: list[ApiServer] = []
     r = redis.Redis.from_url(redis_server.url)
     try:
-        api = ApiServer(Stack(redis_server, None, tmp).env, tmp).start()
-        yield Bare(api, r)
+        env = Stack(redis_server, None, tmp).env
+        servers.append(ApiServer(env, tmp).start())
+        servers.append(ApiServer({**env, "BATON_API_TOKEN": TOKEN}, tmp).start())
+        yield Bare(servers[0], servers[1], r)
     finally:
         r.close()
-        if api is not None:
-            api.stop()
+        for server in servers:
+            server.stop()
         redis_server.stop()
 
 
@@ -220,3 +224,35 @@ def test_an_approval_request_offers_approve_and_deny_and_posts_the_decision(bare
     assert sent.value.post_data_json == {"approve": True}
     feed.event("tool.approved", turn_id=turn, tool_use_id="toolu_rm1")
     expect(card).to_have_attribute("data-decision", "approved", timeout=WAIT_MS)
+
+
+def test_the_token_in_the_page_address_goes_on_every_api_call(bare, page):
+    """`/?chat=ID&token=T` on a server with BATON_API_TOKEN: every fetch carries `Authorization: Bearer T`,
+    the EventSource (which cannot send headers) carries `?token=T`, and the page works."""
+    feed = bare.feed("contract-token")
+    feed.event("turn.queued", turn_id="t-token1")
+    feed.user("t-token1", "Is this thing on?")
+    calls: list[Any] = []
+    page.on("request", lambda request: calls.append(request) if "/api/" in request.url else None)
+
+    page.goto(f"{bare.guarded.url}/?chat={feed.chat_id}&token={TOKEN}")
+    expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+    expect(page.get_by_test_id("user-text")).to_have_text("Is this thing on?", timeout=WAIT_MS)
+    box = page.get_by_test_id("composer-input")
+    box.fill("A second question.")
+    with page.expect_response("**/messages") as answered:
+        box.press("Enter")
+    assert answered.value.status == 202
+
+    streams = [c for c in calls if "/stream" in c.url]
+    others = [c for c in calls if "/stream" not in c.url]
+    assert streams and others
+    assert all(f"token={TOKEN}" in c.url for c in streams)
+    assert all(c.headers.get("authorization") == f"Bearer {TOKEN}" for c in others)
+
+
+def test_without_the_token_the_page_says_how_to_open_it(bare, page):
+    """The same server without `&token=`: the API answers 401 and the page says what is missing."""
+    page.goto(f"{bare.guarded.url}/?chat=contract-token")
+    expect(page.get_by_test_id("control-error")).to_contain_text("needs its API token", timeout=WAIT_MS)
+    expect(page.get_by_test_id("connection")).not_to_have_attribute("data-state", "live")

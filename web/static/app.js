@@ -43,6 +43,7 @@ const timeline = new Timeline({ isRun });
 
 function render() {
   timeline.refresh(state.attempts);
+  timeline.nameTurns(state.transcript);
   view.render();
 }
 
@@ -123,6 +124,7 @@ const refreshTranscript = coalesced(async () => {
   } catch (err) {
     if (err.status === 404) state.setTranscript([], asOf); // nothing recorded yet
     else state.loadError = err.message;
+    if (err.status === 401) showError(NEEDS_TOKEN);
   }
 });
 
@@ -208,6 +210,10 @@ function setConnection(s) {
 
 // ------------------------------------------------------------------ actions
 
+const NEEDS_TOKEN = token
+  ? "The server refused this page's token (401)."
+  : "This server needs its API token: open the page with &token=… in its address.";
+
 function showError(message) {
   byId("control-error").textContent = message || "";
 }
@@ -222,7 +228,7 @@ async function send(text) {
     byId("composer-input").value = "";
     render();
   } catch (err) {
-    showError(err.message);
+    showError(err.status === 401 ? NEEDS_TOKEN : err.message);
   } finally {
     button.disabled = false;
     byId("composer-input").focus();

@@ -197,6 +197,8 @@ export class PageState {
     if (ev.message_id && ev.attempt != null) this.discard(turn, { ...ev, discarded: true });
     turn.status = type.split(".")[1];
     turn.waiting = null;
+    turn.usage = ev.usage || null;
+    turn.resumed = Boolean(ev.resumed);
     turn.failure = turn.status === "failed" ? { cls: ev.class, message: ev.message, retryable: ev.retryable } : null;
     if (turn.failure) turn.lastFailure = turn.failure;
     // What this generation streamed is now in the transcript (or, for a failure, deliberately not there):

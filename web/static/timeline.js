@@ -47,7 +47,8 @@ function tagsOf(type, ev) {
     tag(`interruption ${ev.interruption}${ev.max_interruptions ? ` of ${ev.max_interruptions}` : ""}`, "", "timeline-interruption");
   }
   if (ev.attempt != null) {
-    tag(ev.max_attempts ? `attempt ${ev.attempt} of ${ev.max_attempts}` : `attempt ${ev.attempt}`, "", "timeline-attempt");
+    const cut = TERMINAL.has(type) ? "cut " : ""; // a stop's or failure's attempt that was streaming
+    tag(ev.max_attempts ? `attempt ${ev.attempt} of ${ev.max_attempts}` : `${cut}attempt ${ev.attempt}`, "", "timeline-attempt");
   }
   if (ev.discarded) tag("discarded", "tag-discarded", "timeline-discarded");
   if (ev.retryable != null && type.endsWith(".failed")) tag(ev.retryable ? "retryable" : "not retryable");
@@ -63,7 +64,7 @@ function detailOf(type, ev) {
   if (ev.reason) parts.push(ev.reason);
   if (ev.message && type.endsWith(".failed")) parts.push(ev.message);
   if (ev.cause) parts.push(`cause: ${ev.cause}`);
-  if (ev.usage && TERMINAL.has(type)) {
+  if (ev.usage && ev.usage.attempts && TERMINAL.has(type)) {
     const u = ev.usage;
     const discarded = u.discarded_attempts ? `, ${u.discarded_attempts} discarded` : "";
     parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded} · ${u.input_tokens} in / ${u.output_tokens} out tokens`);
@@ -109,6 +110,17 @@ export class Timeline {
     rec.changed = true;
   }
 
+  /** Name each turn heading by the words that started it, once the transcript has them. */
+  nameTurns(transcript) {
+    for (const el of document.querySelectorAll(".tl-turn[data-turn]")) {
+      const slot = el.querySelector(".tl-turn-text");
+      if (slot.textContent) continue;
+      const m = transcript.find((x) => x.role === "user" && x.turn_id === el.dataset.turn);
+      const text = m ? (m.content || []).filter((b) => b.type === "text").map((b) => b.text).join("") : "";
+      if (text) slot.textContent = text.length > 60 ? `${text.slice(0, 57)}…` : text;
+    }
+  }
+
   refresh(attempts) {
     for (const rec of attempts) {
       if (!rec.changed) continue;
@@ -141,7 +153,10 @@ export class Timeline {
     if (turnKey && turnKey !== this.turn && !this.isRun) {
       // A heading per chat turn, so a long conversation's timeline reads turn by turn.
       this.turn = turnKey;
-      list.append(h("li", { class: "tl-turn", "data-testid": "timeline-turn" }, h("span", { text: "Turn" }), h("code", { text: turnKey })));
+      list.append(h("li", { class: "tl-turn", "data-testid": "timeline-turn", "data-turn": turnKey },
+        h("span", { class: "tl-turn-label", text: "Turn" }),
+        h("span", { class: "tl-turn-text" }),
+        h("code", { class: "tl-turn-id", text: turnKey })));
     }
     list.append(li);
     if (stick && !stacked) panel.scrollTop = panel.scrollHeight;

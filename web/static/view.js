@@ -70,6 +70,11 @@ export class ChatView {
     s.transcript.forEach((m, i) => {
       if (m.role === "notice" && (m.content || []).some((b) => b.kind === "error")) lastError = i;
     });
+    // The last assistant message of each turn carries that turn's story (replays, resumes) in one line.
+    const lastOfTurn = new Map();
+    s.transcript.forEach((m, i) => {
+      if (m.role === "assistant" && m.turn_id) lastOfTurn.set(m.turn_id, i);
+    });
     const nodes = [];
     s.transcript.forEach((m, i) => {
       const blocks = m.content || [];
@@ -79,7 +84,11 @@ export class ChatView {
         if (text) nodes.push(userBubble(text, { goal: this.isRun && i === 0 }));
       } else if (m.role === "assistant") {
         const prev = s.transcript[i - 1];
-        nodes.push(assistantBlock(blocks, results, { continued: Boolean(prev && prev.role === "assistant") }));
+        const block = assistantBlock(blocks, results, { continued: Boolean(prev && prev.role === "assistant") });
+        const turn = lastOfTurn.get(m.turn_id) === i ? s.turns.get(m.turn_id) : null;
+        const story = turn ? turnStory(turn) : "";
+        if (story) block.append(h("div", { class: "turn-meta", "data-testid": "turn-meta", text: story }));
+        nodes.push(block);
       } else if (m.role === "notice") {
         for (const b of blocks) {
           if (b.kind !== "error") {
@@ -208,6 +217,15 @@ export class ChatView {
     byId("run-waiting").textContent = run && run.waiting_reason ? run.waiting_reason.replace("_", " ") : "—";
     syncChildren(byId("run-steps"), s.steps.map((step, i) => stepRow(step, i)));
   }
+}
+
+/** "1 attempt discarded and replayed · resumed from the stored round", or "" when nothing happened. */
+function turnStory(turn) {
+  const parts = [];
+  const discarded = turn.usage ? turn.usage.discarded_attempts : 0;
+  if (discarded) parts.push(`${discarded} attempt${discarded === 1 ? "" : "s"} discarded and replayed`);
+  if (turn.resumed) parts.push("resumed from the stored round");
+  return parts.length ? `${parts.join(" · ")} — see the timeline` : "";
 }
 
 function workingLabel(turn) {
