@@ -11,6 +11,7 @@ real workers and the fake Messages API.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -59,7 +60,8 @@ class Feed:
 
 
 class Bare:
-    def __init__(self, api: ApiServer, guarded: ApiServer, r: redis.Redis) -> None:
+    def __init__(self, api: ApiServer, guarded: ApiServer, r: redis.Redis, env: dict[str, str]) -> None:
+        self.env = env
         self.api = api
         self.guarded = guarded  # the same store behind BATON_API_TOKEN
         self.r = r
@@ -78,7 +80,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bare]:
         env = Stack(redis_server, None, tmp).env
         servers.append(ApiServer(env, tmp).start())
         servers.append(ApiServer({**env, "BATON_API_TOKEN": TOKEN}, tmp).start())
-        yield Bare(servers[0], servers[1], r)
+        yield Bare(servers[0], servers[1], r, env)
     finally:
         r.close()
         for server in servers:
@@ -256,3 +258,30 @@ def test_without_the_token_the_page_says_how_to_open_it(bare, page):
     page.goto(f"{bare.guarded.url}/?chat=contract-token")
     expect(page.get_by_test_id("control-error")).to_contain_text("needs its API token", timeout=WAIT_MS)
     expect(page.get_by_test_id("connection")).not_to_have_attribute("data-state", "live")
+
+
+MOUNTING_APP = """
+from fastapi import FastAPI
+from web.app import create_app
+
+app = FastAPI()
+app.mount("/baton", create_app())
+"""
+
+
+def test_the_page_works_when_baton_is_mounted_under_a_prefix(bare, page, tmp_path):
+    """An app that mounts create_app() at /baton: /baton/?chat=ID loads its styles and script from /baton/static
+    and talks to /baton/api (the page's URLs are relative to itself)."""
+    feed = bare.feed("contract-mounted")
+    feed.event("turn.queued", turn_id="t-mount1")
+    feed.user("t-mount1", "Hello from under a prefix.")
+    (tmp_path / "mounting_app.py").write_text(MOUNTING_APP)
+    command = [sys.executable, "-m", "uvicorn", "mounting_app:app", "--app-dir", str(tmp_path)]
+    server = ApiServer(bare.env, tmp_path, command=command).start()
+    try:
+        page.goto(f"{server.url}/baton/?chat={feed.chat_id}")
+        expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+        expect(page.get_by_test_id("user-text")).to_have_text("Hello from under a prefix.", timeout=WAIT_MS)
+        assert page.evaluate("getComputedStyle(document.body).display") == "flex"  # style.css was found
+    finally:
+        server.stop()

@@ -24,7 +24,9 @@ if (!runId && !chatId) {
 }
 const isRun = Boolean(runId);
 const ownerId = isRun ? runId : chatId;
-const base = `/api/${isRun ? "runs" : "chats"}/${encodeURIComponent(ownerId)}`;
+// Relative to the page, so an app that mounts Baton under a prefix (`/baton/`) serves a working page.
+const root = new URL(".", window.location.href).pathname;
+const base = `${root}api/${isRun ? "runs" : "chats"}/${encodeURIComponent(ownerId)}`;
 
 function newChatId() {
   const bytes = new Uint8Array(6);
