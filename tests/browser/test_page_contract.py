@@ -149,6 +149,13 @@ def test_a_discarded_attempt_is_cleared_and_a_reload_rebuilds_the_answer_once(ba
     expect(streamed.first.get_by_test_id("timeline-discarded")).to_be_visible()
     shoot(page, "c1-replay-completed")
 
+    # Reloading a finished chat whose deltas are still retained: the transcript's copy, once.
+    page.reload()
+    expect(final).to_have_text("Water is wet, mostly.", timeout=WAIT_MS)
+    expect(page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')).to_have_count(1)
+    expect(live(page)).to_have_count(0)
+    assert page.get_by_test_id("messages").inner_text().count("Water is wet") == 1
+
 
 def test_the_contract_notices_show_as_calm_notes_and_a_deploy_replay_clears_its_text(bare, page, shoot):
     """A deploy interruption mid-answer: its partial text is cleared, the exact deploy notice shows as a note,
