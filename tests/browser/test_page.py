@@ -65,7 +65,7 @@ def test_a_stream_broken_mid_answer_shows_its_draft_then_only_the_replayed_answe
     expect(retry.get_by_test_id("timeline-class")).to_have_text("infra_transient")
     expect(page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')).to_have_count(1)
     assert assistant_texts(served, chat) == ["The replayed answer, written exactly once."]
-    expect(page.get_by_test_id("turn-meta")).to_contain_text("1 attempt discarded and replayed")
+    expect(page.get_by_test_id("turn-meta")).to_contain_text("Answered after 1 discarded attempt")
     shoot(page, "1-drop-replayed")
     page.emulate_media(color_scheme="dark")
     shoot(page, "1-drop-replayed-dark")

@@ -39,7 +39,7 @@ let stopping = false;
 const view = new ChatView(state, {
   isRun,
   ownerId,
-  actions: { retry: onRetry, decide, isStopping: () => stopping },
+  actions: { retry: onRetry, decide, isStopping: () => stopping, reveal: (key) => timeline.reveal(key) },
 });
 const timeline = new Timeline({ isRun });
 

@@ -62,12 +62,15 @@ function tagsOf(type, ev) {
 function detailOf(type, ev) {
   const parts = [];
   if (ev.reason) parts.push(ev.reason);
-  if (ev.message && type.endsWith(".failed")) parts.push(ev.message);
+  if (ev.message && type.endsWith(".failed")) {
+    parts.push(ev.class && ev.message.startsWith(`${ev.class}: `) ? ev.message.slice(ev.class.length + 2) : ev.message);
+  }
   if (ev.cause) parts.push(`cause: ${ev.cause}`);
   if (ev.usage && ev.usage.attempts && TERMINAL.has(type)) {
     const u = ev.usage;
     const discarded = u.discarded_attempts ? `, ${u.discarded_attempts} discarded` : "";
-    parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded} · ${u.input_tokens} in / ${u.output_tokens} out tokens`);
+    const tokens = u.input_tokens || u.output_tokens ? ` · ${u.input_tokens} in / ${u.output_tokens} out tokens` : "";
+    parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded}${tokens}`);
   }
   if (type === "tool.called" && ev.input) parts.push(compactJson(ev.input));
   return parts.join(" · ");
@@ -108,6 +111,16 @@ export class Timeline {
     this.rows.set(rec.id, row);
     this.append(row, this.isRun ? null : rec.turnKey);
     rec.changed = true;
+  }
+
+  /** Scroll the timeline to a turn's heading and mark it for a moment (from "see the timeline"). */
+  reveal(turnKey) {
+    const el = [...document.querySelectorAll(".tl-turn[data-turn]")].find((x) => x.dataset.turn === turnKey);
+    if (!el) return;
+    el.scrollIntoView({ block: "start", behavior: "smooth" });
+    el.classList.remove("is-revealed");
+    void el.offsetWidth; // restart the highlight animation
+    el.classList.add("is-revealed");
   }
 
   /** Name each turn heading by the words that started it, once the transcript has them. */

@@ -10,7 +10,7 @@ const TOOL_TONES = {
 };
 
 export class ChatView {
-  /** `actions`: {retry(event), decide(toolUseId, approve), isStopping()}. */
+  /** `actions`: {retry(event), decide(toolUseId, approve), isStopping(), reveal(turnKey)}. */
   constructor(state, { isRun, ownerId, actions }) {
     this.state = state;
     this.isRun = isRun;
@@ -87,7 +87,13 @@ export class ChatView {
         const block = assistantBlock(blocks, results, { continued: Boolean(prev && prev.role === "assistant") });
         const turn = lastOfTurn.get(m.turn_id) === i ? s.turns.get(m.turn_id) : null;
         const story = turn ? turnStory(turn) : "";
-        if (story) block.append(h("div", { class: "turn-meta", "data-testid": "turn-meta", text: story }));
+        if (story) {
+          block.append(h("div", { class: "turn-meta", "data-testid": "turn-meta" },
+            h("span", { text: story }),
+            h("button", {
+              type: "button", class: "link-button", onclick: () => this.actions.reveal(turn.key),
+            }, "see the timeline")));
+        }
         nodes.push(block);
       } else if (m.role === "notice") {
         for (const b of blocks) {
@@ -219,13 +225,13 @@ export class ChatView {
   }
 }
 
-/** "1 attempt discarded and replayed · resumed from the stored round", or "" when nothing happened. */
+/** "Answered after 1 discarded attempt · resumed from the stored round", or "" when nothing happened. */
 function turnStory(turn) {
   const parts = [];
   const discarded = turn.usage ? turn.usage.discarded_attempts : 0;
-  if (discarded) parts.push(`${discarded} attempt${discarded === 1 ? "" : "s"} discarded and replayed`);
-  if (turn.resumed) parts.push("resumed from the stored round");
-  return parts.length ? `${parts.join(" · ")} — see the timeline` : "";
+  if (discarded) parts.push(`Answered after ${discarded} discarded attempt${discarded === 1 ? "" : "s"}`);
+  if (turn.resumed) parts.push(discarded ? "resumed from the stored round" : "Resumed from the stored round");
+  return parts.join(" · ");
 }
 
 function workingLabel(turn) {
