@@ -71,7 +71,8 @@ def create_app(settings: Settings | None = None, client: Client | None = None) -
             if owns_client:
                 client.close()
 
-    app = FastAPI(title="Baton", lifespan=lifespan, docs_url="/api/docs", openapi_url="/api/openapi.json")
+    # The schema and its docs page sit outside /api: the token rule covers every /api path, and they hold no data.
+    app = FastAPI(title="Baton", lifespan=lifespan, docs_url="/docs", openapi_url="/openapi.json")
     app.state.settings = settings
     app.state.client = client
     app.state.stream_redis = store
@@ -79,6 +80,14 @@ def create_app(settings: Settings | None = None, client: Client | None = None) -
 
     for router in (routes_chats.router, routes_runs.router, routes_approvals.router):
         app.include_router(router, dependencies=[Depends(require_token)])
+    # Last: any other /api path is a 404, but only for a caller with the token (the rule covers every /api request).
+    app.add_api_route(
+        "/api/{rest:path}",
+        no_such_path,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        dependencies=[Depends(require_token)],
+        include_in_schema=False,
+    )
     app.add_api_route("/healthz", healthz, methods=["GET"])
     app.add_api_route("/", page, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -90,6 +99,10 @@ def serve_app() -> ASGIApp:
     token, only for requests whose Host is a loopback name (see web/hosts.py: DNS rebinding)."""
     app = create_app()
     return app if app.state.settings.api_token is not None else LoopbackHostOnly(app)
+
+
+async def no_such_path(rest: str) -> JSONResponse:
+    return JSONResponse({"detail": f"no such path: /api/{rest}"}, status_code=404)
 
 
 async def healthz(request: Request) -> JSONResponse:

@@ -63,6 +63,15 @@ def to_message(stream_id: str, raw: bytes | str) -> ServerSentEvent | None:
     return ServerSentEvent(data=data, event=body["type"], id=stream_id)
 
 
+def entries_of(reply: Any) -> list[tuple[str, bytes]]:
+    """(stream id, field `e`) of XRANGE entries, or of the one stream of an XREAD reply, as redis-py gives them."""
+    out = []
+    for stream_id, fields in reply or []:
+        ident = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
+        out.append((ident, (fields or {}).get(b"e", b"")))
+    return out
+
+
 async def relay(store: aioredis.Redis, key: str, after: str) -> AsyncIterator[ServerSentEvent]:
     """The entries of `key` after `after`: the backlog by XRANGE, then live ones by XREAD BLOCK.
 
@@ -74,22 +83,19 @@ async def relay(store: aioredis.Redis, key: str, after: str) -> AsyncIterator[Se
     yield ServerSentEvent(comment="open", retry=RECONNECT_MS)
     try:
         while True:
-            entries = await store.xrange(key, f"({last}", "+", count=BATCH)
-            for stream_id, fields in entries:
-                last = stream_id.decode()
-                message = to_message(last, fields.get(b"e", b""))
+            backlog = entries_of(await store.xrange(key, f"({last}", "+", count=BATCH))
+            for last, raw in backlog:  # binds `last`: where the next read starts
+                message = to_message(last, raw)
                 if message is not None:
                     yield message
-            if len(entries) < BATCH:
+            if len(backlog) < BATCH:
                 break
         while True:
-            found = await store.xread({key: last}, block=BLOCK_MS, count=BATCH)
-            for _key, entries in found or []:
-                for stream_id, fields in entries:
-                    last = stream_id.decode()
-                    message = to_message(last, fields.get(b"e", b""))
-                    if message is not None:
-                        yield message
+            found: Any = await store.xread({key: last}, block=BLOCK_MS, count=BATCH)
+            for last, raw in entries_of(found[0][1] if found else None):  # binds `last` likewise
+                message = to_message(last, raw)
+                if message is not None:
+                    yield message
     except (redis.ConnectionError, redis.TimeoutError) as err:
         log.warning("stream %s ended: store unavailable (%s)", key, type(err).__name__)
 

@@ -143,6 +143,8 @@ def test_the_token_rule(stack, serve):
     with api.stream(f"/api/chats/c4/stream?token={TOKEN}", token=None) as s:
         assert s.status == 200 and next(s.events()) == "open"
     assert api.get("/healthz", token=None)[0] == 200
+    assert api.get("/openapi.json", token=None)[0] == 200
+    assert api.get("/api/openapi.json", token=None)[0] == 401  # nothing under /api is open
     status, page = api.get("/", token=None)
     assert status == 200 and "<html" in page.lower()
     assert TOKEN not in api.log()  # the access log shows ?token=***
@@ -348,3 +350,51 @@ def test_without_a_token_only_loopback_hosts_are_served(stack, serve):
     foreign = {"Host": f"api.example:{guarded.port}"}
     assert guarded.get("/api/chats/h1/transcript", headers=foreign)[0] == 200
     assert guarded.get("/api/chats/h1/transcript", headers=foreign, token=None)[0] == 401
+
+
+def test_a_long_backlog_is_paged_without_a_gap_and_live_entries_follow(stack, serve):
+    """1,234 stored entries (more than two XRANGE pages), one of them unreadable: a read from the start and
+    one resumed at the page boundary get every readable entry once, in order; then a live one arrives."""
+    import json
+
+    from tasks.store import keys
+
+    r = redis.Redis.from_url(stack.redis_server.url)
+    key = keys.events(keys.owner("chat", "long"))
+    ids = []
+    for i in range(1234):
+        raw = "not json" if i == 700 else json.dumps({"type": "text.delta", "chat_id": "long", "index": i, "text": "x"})
+        ids.append(r.xadd(key, {"e": raw}).decode())
+    readable = [sid for i, sid in enumerate(ids) if i != 700]
+    api = serve()
+    with api.stream("/api/chats/long/stream") as s:
+        got = s.read_until(lambda m: m.id == readable[-1])
+    assert [m.id for m in got] == readable
+    assert [m.data["index"] for m in got] == [i for i in range(1234) if i != 700]
+    with api.stream("/api/chats/long/stream", last_event_id=ids[499]) as s:
+        rest = s.read_until(lambda m: m.id == readable[-1])
+        assert [m.id for m in rest] == readable[500:]  # exclusive: ids[499] itself is not sent again
+        live = r.xadd(key, {"e": json.dumps({"type": "turn.queued", "chat_id": "long"})}).decode()
+        assert next(s.messages()).id == live
+
+
+def test_concurrent_posts_through_the_threadpool_each_enqueue_one_turn(stack, serve):
+    """Twenty messages posted at once (the sync client shared by the server's threadpool): twenty 202s,
+    twenty distinct turns, each completed once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tasks.client import TurnRef
+
+    n = 20
+    stack.fake_api.set_handler(Script([text("ok")] * n))
+    stack.worker()
+    api = serve()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        answers = list(pool.map(lambda i: api.post(f"/api/chats/many{i}/messages", {"text": f"hi {i}"}), range(n)))
+    assert [status for status, _ in answers] == [202] * n
+    assert len({body["turn_id"] for _, body in answers}) == n
+    client = stack.client()
+    for _, body in answers:
+        ref = TurnRef(chat_id=body["chat_id"], turn_id=body["turn_id"], task_id=body["task_id"])
+        assert client.wait(ref, timeout=60).status == "completed"
+    assert stack.fake_api.request_count == n

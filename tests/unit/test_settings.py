@@ -105,3 +105,15 @@ def test_current_reads_once(monkeypatch):
         assert settings_module.current() is first
     finally:
         settings_module.current.cache_clear()
+
+
+def test_the_api_token_setting_is_a_secret(monkeypatch):
+    """BATON_API_TOKEN is read from the environment, kept out of reprs, and an empty value means unset."""
+    monkeypatch.setenv("BATON_API_TOKEN", "tok-abcdef")
+    settings = load_settings()
+    assert settings.api_token is not None and settings.api_token.get_secret_value() == "tok-abcdef"
+    assert "tok-abcdef" not in repr(settings) and "tok-abcdef" not in str(settings.model_dump())
+    monkeypatch.setenv("BATON_API_TOKEN", "")
+    assert load_settings().api_token is None
+    monkeypatch.delenv("BATON_API_TOKEN")
+    assert load_settings().api_token is None and load_settings().api_ping_interval == 15

@@ -113,18 +113,6 @@ def test_the_access_log_never_shows_a_token():
     assert "tok-123456" not in line and "?token=***&after=1-0" in line
 
 
-def test_the_api_token_setting_is_a_secret(monkeypatch):
-    """BATON_API_TOKEN is read from the environment, kept out of reprs, and an empty value means unset."""
-    monkeypatch.setenv("BATON_API_TOKEN", "tok-abcdef")
-    settings = Settings()
-    assert settings.api_token is not None and settings.api_token.get_secret_value() == "tok-abcdef"
-    assert "tok-abcdef" not in repr(settings) and "tok-abcdef" not in str(settings.model_dump())
-    monkeypatch.setenv("BATON_API_TOKEN", "")
-    assert Settings().api_token is None
-    monkeypatch.delenv("BATON_API_TOKEN")
-    assert Settings().api_token is None and Settings().api_ping_interval == 15
-
-
 @pytest.mark.parametrize("raw", ["c1\n", "", "-x", "a b", "x" * 129])
 def test_ids_are_checked_whole(raw):
     """A chat or run id is checked over its whole length (a trailing newline is not an id)."""
