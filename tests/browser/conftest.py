@@ -8,6 +8,7 @@ that test's own script (as tests/integration/test_stream_replay.py does).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -67,17 +68,23 @@ class Served:
         return self.api.url
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("page")
+WORKER_ENV = {
+    # Holds are ended by the tests, never by the idle timeout.
+    "BATON_STREAM_IDLE_TIMEOUT": "60",
+    "BATON_RETRY_BUDGET": "4",
+}
+
+
+@contextlib.contextmanager
+def running_stack(tmp: Path) -> Iterator[Served]:
+    """redis-server, the holding fake API, one worker (`w1`) and `baton serve`; all stopped on exit."""
     router = Router()
     redis_server = RedisServer(tmp / "redis").start()
     fake_api = HoldingMessagesServer(router).start()
     stack = Stack(redis_server, fake_api, tmp)
     api = None
     try:
-        # Holds are ended by the tests, never by the idle timeout; no backoff between attempts.
-        stack.worker(BATON_STREAM_IDLE_TIMEOUT="60", BATON_RETRY_BUDGET="4")
+        stack.worker("w1", **WORKER_ENV)
         api = ApiServer(stack.env, tmp).start()
         s = Served(stack, router, api)
         yield s
@@ -88,6 +95,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         fake_api.stop()
         stack.stop()
         redis_server.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One stack for a module's tests (each test uses its own chat)."""
+    with running_stack(tmp_path_factory.mktemp("page")) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -140,7 +140,10 @@ export class PageState {
         break;
       case "turn.retry":
         this.discard(turn, ev);
-        if (ev.max_interruptions || ev.max_attempts) turn.waiting = "platform_interrupt";
+        if (ev.max_interruptions || ev.max_attempts) {
+          turn.waiting = "platform_interrupt";
+          turn.interruptions = Number(ev.interruption ?? ev.attempt) || (turn.interruptions || 0) + 1;
+        }
         break;
       case "run.step":
         this.steps.push(ev);
@@ -149,6 +152,7 @@ export class PageState {
       case "run.interrupted":
         turn.status = "waiting";
         turn.waiting = "platform_interrupt";
+        turn.interruptions = Number(ev.attempt) || (turn.interruptions || 0) + 1;
         break;
       case "tool.called":
         // The model step that asked for this tool is recorded: its text is final.

@@ -225,13 +225,18 @@ export class ChatView {
   }
 }
 
-/** "Answered after 1 discarded attempt · resumed from the stored round", or "" when nothing happened. */
+/** "Answered after 1 discarded attempt · moved to another worker by a deploy", or "" when nothing happened. */
 function turnStory(turn) {
   const parts = [];
   const discarded = turn.usage ? turn.usage.discarded_attempts : 0;
-  if (discarded) parts.push(`Answered after ${discarded} discarded attempt${discarded === 1 ? "" : "s"}`);
-  if (turn.resumed) parts.push(discarded ? "resumed from the stored round" : "Resumed from the stored round");
-  return parts.join(" · ");
+  if (discarded) parts.push(`answered after ${discarded} discarded attempt${discarded === 1 ? "" : "s"}`);
+  if (turn.interruptions) {
+    const n = turn.interruptions;
+    parts.push(`moved to another worker by ${n === 1 ? "a deploy" : `${n} deploys`}`);
+  }
+  if (turn.resumed) parts.push("resumed from the stored round");
+  const story = parts.join(" · ");
+  return story ? story[0].toUpperCase() + story.slice(1) : "";
 }
 
 function workingLabel(turn) {
