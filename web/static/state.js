@@ -129,7 +129,8 @@ export class PageState {
       case "turn.started":
       case "run.started":
       case "run.resumed":
-        // A new generation, or the same one on a new worker: message ids start afresh (see liveKey).
+        // A new generation, or the same one on another worker: its live text is kept apart from what
+        // earlier executions streamed (liveKey); discards still find those by message id (discard()).
         turn.epoch += 1;
         turn.status = "running";
         turn.waiting = null;
