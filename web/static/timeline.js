@@ -53,7 +53,6 @@ function tagsOf(type, ev) {
   if (ev.discarded) tag("discarded", "tag-discarded", "timeline-discarded");
   if (ev.retryable != null && type.endsWith(".failed")) tag(ev.retryable ? "retryable" : "not retryable");
   if (ev.name) tag(ev.name, "tag-tool");
-  if (type === "run.step" && ev.kind && !ev.discarded) tag(ev.kind);
   if (ev.status) tag(ev.status);
   if (ev.resumed) tag("resumed");
   return tags;

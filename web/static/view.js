@@ -76,15 +76,20 @@ export class ChatView {
       if (m.role === "assistant" && m.turn_id) lastOfTurn.set(m.turn_id, i);
     });
     const nodes = [];
+    let shown = null; // the role of the last message shown (tool results are not shown on their own)
     s.transcript.forEach((m, i) => {
       const blocks = m.content || [];
       if (m.role === "user") {
-        // A user message holding only tool results is the model's input, shown on the tool calls instead.
+        // A user message holding only tool results is the model's input, shown on the tool calls instead;
+        // a run's first message is its goal, which the run card above shows.
         const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("");
-        if (text) nodes.push(userBubble(text, { goal: this.isRun && i === 0 }));
+        if (text && !(this.isRun && i === 0)) {
+          nodes.push(userBubble(text));
+          shown = "user";
+        }
       } else if (m.role === "assistant") {
-        const prev = s.transcript[i - 1];
-        const block = assistantBlock(blocks, results, { continued: Boolean(prev && prev.role === "assistant") });
+        const block = assistantBlock(blocks, results, { continued: shown === "assistant" });
+        shown = "assistant";
         const turn = lastOfTurn.get(m.turn_id) === i ? s.turns.get(m.turn_id) : null;
         const story = turn ? turnStory(turn) : "";
         if (story) {
@@ -96,6 +101,7 @@ export class ChatView {
         }
         nodes.push(block);
       } else if (m.role === "notice") {
+        shown = "notice";
         for (const b of blocks) {
           if (b.kind !== "error") {
             nodes.push(noticeNote(b.kind, b.text));
@@ -248,11 +254,11 @@ function workingLabel(turn) {
   return "Writing…";
 }
 
-function userBubble(text, { pending = false, goal = false } = {}) {
+function userBubble(text, { pending = false } = {}) {
   return h(
     "div",
     { class: `msg msg-user${pending ? " is-pending" : ""}`, "data-testid": "message", "data-role": "user" },
-    h("div", { class: "msg-label", text: goal ? "Goal" : pending ? "You · sending" : "You" }),
+    h("div", { class: "msg-label", text: pending ? "You · sending" : "You" }),
     h("div", { class: "bubble", "data-testid": "user-text", text }),
   );
 }
