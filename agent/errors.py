@@ -21,6 +21,10 @@ class ToolLoadError(BatonError):
     """`BATON_TOOLS` names something that is not a list of tools."""
 
 
+class CueLoadError(BatonError):
+    """`BATON_SCRIPTED_CUES` names something that is not a mapping of texts to scripted cues."""
+
+
 class ProviderError(BatonError):
     """A provider request failed for good; carries its failure class and the usage it spent."""
 

@@ -23,7 +23,17 @@ from pathlib import Path
 from bench._common import Row, fmt
 from tasks.demo.embedded_redis import find_redis_server
 
-SCRIPTS = ["turn_latency", "redis_roundtrips", "throughput", "drain", "faults", "memory", "web_streams"]
+SCRIPTS = [
+    "turn_latency",
+    "redis_roundtrips",
+    "throughput",
+    "drain",
+    "faults",
+    "memory",
+    "sandbox",
+    "web_streams",
+    "live_text",
+]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 

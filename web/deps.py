@@ -12,11 +12,14 @@ from tasks.client import Client
 
 def client(request: Request) -> Client:
     """The sync `tasks.client.Client` (endpoints that use it are sync `def`s, run in the threadpool)."""
-    return request.app.state.client
+    found: Client = request.app.state.client  # Starlette's state is untyped; create_app puts a Client there
+    return found
 
 
 def settings(request: Request) -> Settings:
-    return request.app.state.settings
+    """The settings the app was built with."""
+    found: Settings = request.app.state.settings
+    return found
 
 
 ClientDep = Annotated[Client, Depends(client)]

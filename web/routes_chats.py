@@ -36,7 +36,7 @@ def turn(chat_id: str, turn_id: str, client: deps.ClientDep) -> dict[str, Any]:
 @router.post("/{chat_id}/retry", status_code=202)
 def retry(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Re-run the chat's failed last turn (422 when it has none); answers as `baton retry --json`."""
-    ref = client.retry(check_id(chat_id, "chat_id"))
+    ref = client.retry(check_id(chat_id, "chat_id"), kind="chat")
     if hasattr(ref, "run_id"):  # the client resolved the id to a run of the same name
         return client.run_status(ref.run_id).model_dump(mode="json")
     return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
@@ -45,14 +45,14 @@ def retry(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
 @router.post("/{chat_id}/stop")
 def stop(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Ask the chat's running or queued turn to stop; as `baton stop --json` (`stopped` false if nothing ran)."""
-    out = client.stop(check_id(chat_id, "chat_id"))
+    out = client.stop(check_id(chat_id, "chat_id"), kind="chat")
     return {"id": out["id"], "stopped": out["stopped"]}
 
 
 @router.get("/{chat_id}/transcript")
 def transcript(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """`{"id", "messages"}`, as `baton transcript --json`."""
-    messages = client.transcript(check_id(chat_id, "chat_id"))
+    messages = client.transcript(check_id(chat_id, "chat_id"), kind="chat")
     return {"id": chat_id, "messages": [m.model_dump(mode="json") for m in messages]}
 
 

@@ -39,21 +39,21 @@ def status(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
 @router.get("/{run_id}/transcript")
 def transcript(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
     client.run_status(check_id(run_id, "run_id"))  # 404 for an unknown run
-    return {"id": run_id, "messages": [m.model_dump(mode="json") for m in client.transcript(run_id)]}
+    return {"id": run_id, "messages": [m.model_dump(mode="json") for m in client.transcript(run_id, kind="run")]}
 
 
 @router.post("/{run_id}/retry", status_code=202)
 def retry(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Re-run a failed run (422 when it has not failed); answers as `baton retry --json` for a run."""
     client.run_status(check_id(run_id, "run_id"))
-    ref = client.retry(run_id)
+    ref = client.retry(run_id, kind="run")
     return client.run_status(ref.run_id).model_dump(mode="json")  # type: ignore[union-attr]
 
 
 @router.post("/{run_id}/stop")
 def stop(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
     client.run_status(check_id(run_id, "run_id"))
-    out = client.stop(run_id)
+    out = client.stop(run_id, kind="run")
     return {"id": out["id"], "stopped": out["stopped"]}
 
 

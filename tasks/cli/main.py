@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--after")
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
-    cmd("demo", "run the embedded stack and tour what Baton does")
+    p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
+    p.add_argument("--keep", action="store_true", help="leave the stack and the page up until Ctrl-C")
     p = cmd("serve", "the HTTP API and the chat page (uvicorn)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from tasks.demo.scenarios import main as demo_main
 
-        return demo_main(json_output=args.json)
+        return demo_main(json_output=args.json, keep=args.keep)
     if args.command == "serve":
         from tasks.cli.serve import serve
 

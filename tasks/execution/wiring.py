@@ -8,7 +8,8 @@ import redis
 
 from agent.policy import Backoff
 from agent.provider.base import Provider
-from agent.provider.scripted import ScriptedProvider, directive_script
+from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
+from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
 from config.settings import Settings
@@ -31,9 +32,15 @@ class RedisCounter:
         return int(self._client.hincrby(keys.SCRIPTED_COUNTS, key, 1))
 
 
+@lru_cache(maxsize=4)
+def scripted_cues(spec: str) -> dict[str, Cue]:
+    """The cues `BATON_SCRIPTED_CUES` names, imported once per process."""
+    return load_cues(spec)
+
+
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     if settings.provider == "scripted":
-        return ScriptedProvider(directive_script(RedisCounter(client)))
+        return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
 
     return AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
@@ -47,5 +54,12 @@ def chat_tools(settings: Settings) -> dict[str, Tool]:
     return by_name(load_tools(settings.tools))
 
 
+def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
+    """The policy `run_command` runs under; None only for `BATON_SANDBOX=none`."""
+    if settings.sandbox == "none":
+        return None
+    return SandboxPolicy(network=settings.sandbox_network == "on", run_as=settings.sandbox_uid)
+
+
 def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
-    return by_name([*workspace_tools(workspace), *load_tools(settings.tools)])
+    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *load_tools(settings.tools)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 PREFIX = "baton"
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ID_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # \Z: `$` would let "id\n" through
 
 ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
 PENDING = f"{PREFIX}:pending"  # sorted set: owner with unfinished work -> last enqueued/checked; lost-message sweep

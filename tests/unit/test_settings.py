@@ -32,6 +32,7 @@ def test_defaults_match_the_contract():
     assert s.round_max_bytes == 98304
     assert s.max_interruptions == 3
     assert s.max_rounds == 12
+    assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("bwrap", "off", None)
 
 
 def test_broker_follows_the_redis_url_unless_overridden(monkeypatch):
@@ -75,6 +76,11 @@ def test_environment_values_are_read(monkeypatch):
         ("BATON_ROUND_TTL", "ten minutes"),
         ("BATON_REDIS_URL", "localhost:6379"),
         ("BATON_BROKER_URL", "http://broker"),
+        ("BATON_SANDBOX", "docker"),
+        ("BATON_SANDBOX", "off"),
+        ("BATON_SANDBOX_NETWORK", "yes"),
+        ("BATON_SANDBOX_UID", "0"),
+        ("BATON_SANDBOX_UID", "nobody"),
     ],
 )
 def test_bad_value_names_its_variable(monkeypatch, variable, value):
@@ -85,6 +91,15 @@ def test_bad_value_names_its_variable(monkeypatch, variable, value):
     message = str(info.value)
     assert variable in message
     assert repr(value) in message
+
+
+def test_sandbox_settings_are_read(monkeypatch):
+    """BATON_SANDBOX=none and BATON_SANDBOX_NETWORK=on are accepted as written; BATON_SANDBOX_UID is a uid."""
+    monkeypatch.setenv("BATON_SANDBOX", "none")
+    monkeypatch.setenv("BATON_SANDBOX_NETWORK", "on")
+    monkeypatch.setenv("BATON_SANDBOX_UID", "65534")
+    s = load_settings()
+    assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("none", "on", 65534)
 
 
 def test_every_bad_variable_is_named(monkeypatch):
