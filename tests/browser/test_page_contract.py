@@ -292,3 +292,40 @@ def test_the_page_works_when_baton_is_mounted_under_a_prefix(bare, page, tmp_pat
         assert page.evaluate("getComputedStyle(document.body).display") == "flex"  # style.css was found
     finally:
         server.stop()
+
+
+def test_a_reconnect_after_the_server_restarts_continues_the_answer_without_repeating_it(bare, page, tmp_path):
+    """`baton serve` restarts mid-answer: the page's EventSource reconnects by itself (with Last-Event-ID, or
+    the page with `?after=`), gets what was written meanwhile, and shows each delta once."""
+    feed = bare.feed("contract-reconnect")
+    turn, mid = "t-reconnect1", "t-reconnect1:m0"
+    feed.event("turn.queued", turn_id=turn)
+    feed.user(turn, "Count to three.")
+    feed.event("turn.started", turn_id=turn, generation=0)
+    feed.delta(turn, mid, 1, 0, "One, ")
+    streams: list[Any] = []
+    page.on("request", lambda request: streams.append(request) if "/stream" in request.url else None)
+
+    server = ApiServer(bare.env, tmp_path).start()
+    try:
+        page.goto(f"{server.url}/?chat={feed.chat_id}")
+        expect(live(page)).to_have_text("One, ", timeout=WAIT_MS)
+    finally:
+        server.stop()
+    expect(page.get_by_test_id("connection")).not_to_have_attribute("data-state", "live", timeout=WAIT_MS)
+    feed.delta(turn, mid, 1, 1, "two, ")  # written while the page was cut off
+
+    again = ApiServer(bare.env, tmp_path)
+    again.port = server.port  # the same address, as after a restart
+    again.start()
+    try:
+        expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+        expect(live(page)).to_have_text("One, two, ", timeout=WAIT_MS)
+        feed.delta(turn, mid, 1, 2, "three.")
+        expect(live(page)).to_have_text("One, two, three.", timeout=WAIT_MS)
+    finally:
+        again.stop()
+    # Reconnects that reached a server (attempts while it was down were refused before any byte was sent).
+    resumed = [r for r in streams[1:] if r.failure != "net::ERR_CONNECTION_REFUSED"]
+    assert resumed, "the page never reconnected"
+    assert all(r.header_value("last-event-id") or "after=" in r.url for r in resumed), [r.url for r in resumed]
