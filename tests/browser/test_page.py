@@ -170,3 +170,27 @@ def test_a_run_view_lists_its_steps(served, page, shoot, tmp_path):
     expect(page.get_by_test_id("composer")).to_be_hidden()
     assert (ws / "hello.txt").read_text() == "Hello!\n"
     shoot(page, "5-run-view")
+
+
+def test_an_approval_card_approves_and_the_answer_follows(served, page, shoot):
+    """A write tool that needs approval parks the turn: the page shows the call with Approve / Deny; Approve
+    runs it once on the worker and the model's answer streams in; the timeline shows the request and approval."""
+    from tests.support import counting_tools
+
+    chat, message = "page-approve", "page-approve: deploy to staging"
+    served.router.add(
+        message,
+        [tool_call("deploy", {"env": "staging"}, id="toolu_page_deploy"), text("Deployed to staging, as approved.")],
+    )
+    open_chat(page, served, chat)
+    send(page, message)
+    card = page.get_by_test_id("approval")
+    expect(card).to_be_visible(timeout=WAIT_MS)
+    expect(card).to_contain_text("deploy")
+    expect(card).to_contain_text("staging")
+    shoot(page, "6-approval-requested")
+    card.get_by_test_id("approve-button").click()
+    expect(final_text(page)).to_have_text("Deployed to staging, as approved.", timeout=WAIT_MS)
+    expect(page.locator('[data-testid="timeline-event"][data-type="tool.approved"]')).to_have_count(1)
+    assert counting_tools.calls(served.client.redis, "deploy") == 1
+    shoot(page, "6-approval-approved")
