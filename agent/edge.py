@@ -1,4 +1,8 @@
-"""What the loop needs from outside: its edge (journal and events), its configuration, and its own failure."""
+"""What a loop step needs from outside: the `Edge` that journals steps and publishes events, the config, and
+the loop's own failure (here so the model step and the tool round can raise it without importing the loop).
+
+`tasks` implements the Edge on Redis (the journal); unit tests use an in-memory one (agent/memory_edge.py).
+"""
 
 from __future__ import annotations
 
@@ -28,9 +32,13 @@ class Edge(Protocol):
         """Publish events now (live progress that must not wait for the next step)."""
         ...
 
+    def decision(self, tool_use_id: str) -> dict[str, Any] | None:
+        """A person's decision on a call that waits for approval: {"decision": "approved"|"denied", "reason"}."""
+        ...
+
 
 class LoopFailure(BatonError):
-    """The loop itself ended the turn (round ceiling, step or time budget)."""
+    """The loop itself ended the turn (round ceiling, step or time budget, context budget)."""
 
     def __init__(self, message: str, failure_class: FailureClass) -> None:
         super().__init__(message)

@@ -47,3 +47,11 @@ class Cancelled(Exception):
     def __init__(self, reason: CancelReason) -> None:
         super().__init__(reason)
         self.reason: CancelReason = reason
+
+
+class AwaitingApproval(Exception):
+    """The round has calls waiting for a person's decision; the unit parks until every one is decided."""
+
+    def __init__(self, pending: list[str]) -> None:
+        super().__init__(f"waiting for approval of {', '.join(pending)}")
+        self.pending = pending

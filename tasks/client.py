@@ -17,11 +17,21 @@ from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks.store import keys
+from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 
 Kind = Literal["chat", "run"]
+
+# KEYS: record, PENDING. ARGV: owner id, now. Only a unit still parked for approval is woken.
+_WAKE = """
+if redis.call('HGET', KEYS[1], 'status') ~= '"waiting"' or redis.call('HGET', KEYS[1], 'waiting_reason') ~= '"approval"'
+then return 0 end
+redis.call('HSET', KEYS[1], 'status', '"queued"', 'waiting_reason', 'null', 'updated_at', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
 
 
 class ValidationError(ValueError):
@@ -137,7 +147,8 @@ class Client:
         return turn_result(rec)
 
     def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
-        """Block until the turn or run ends (awaiting its events, not polling blindly) or the timeout."""
+        """Block until the turn or run ends or waits for an approval (awaiting its events, not polling
+        blindly), or the timeout passes."""
         if isinstance(ref, RunRef):
             owner, unit = keys.owner("run", ref.run_id), ref.run_id
         else:
@@ -148,7 +159,9 @@ class Client:
             rec = load_record(self.redis, owner, unit)  # the record is the truth; events only wake us
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
-            if rec.terminal or time.monotonic() >= deadline:
+            # A unit parked for approval waits for a person, not for us: hand it back to the caller to decide.
+            parked = rec.status == "waiting" and rec.waiting_reason == "approval"
+            if rec.terminal or parked or time.monotonic() >= deadline:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
             found = self.redis.xread({keys.events(owner): last_id}, block=block_ms, count=100)
@@ -197,7 +210,18 @@ class Client:
         if rec.terminal:
             return {"id": ident, "stopped": False, "message": f"already {rec.status}"}
         self.redis.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
+        if rec.status == "waiting" and rec.waiting_reason == "approval" and self._wake_parked(rec):
+            # A parked unit holds no worker to see the flag: it is started to stop (its journaled rounds replay).
+            self._send(rec)
         return {"id": ident, "stopped": True, "message": f"stop requested for {rec.unit_id}"}
+
+    def _wake_parked(self, rec: UnitRecord) -> bool:
+        """Move a unit parked for approval back to `queued` (once: a decision racing this sees it is not waiting)."""
+        record = keys.record(rec.owner_id, rec.unit_id)
+        woke = self.redis.eval(
+            _WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())
+        )
+        return bool(woke)
 
     def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""
@@ -226,6 +250,57 @@ class Client:
             if event is not None and event.type != TEXT_DELTA:
                 out.append(event)
         return out
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def approve(
+        self, ident: str, tool_use_id: str, *, by: str | None = None, kind: Kind | None = None
+    ) -> dict[str, Any]:
+        """Approve a call that waits for approval; the unit resumes on any worker once all its calls are decided."""
+        return self._decide(ident, tool_use_id, "approved", reason=None, by=by, kind=kind)
+
+    def deny(
+        self,
+        ident: str,
+        tool_use_id: str,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        kind: Kind | None = None,
+    ) -> dict[str, Any]:
+        """Deny a call that waits for approval: it never runs; the model reads `Denied by user[: reason]`."""
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
+            raise ValidationError("reason must be a string of at most 2000 characters")
+        return self._decide(ident, tool_use_id, "denied", reason=reason or None, by=by, kind=kind)
+
+    def _decide(
+        self, ident: str, tool_use_id: str, decision: Decision, *, reason: str | None, by: str | None, kind: Kind | None
+    ) -> dict[str, Any]:
+        _check_id(tool_use_id, "tool_use_id")
+        owner = self._owner(ident, kind)
+        rec = find_waiting(self.redis, owner, tool_use_id)
+        done = decide(self.redis, rec, tool_use_id, decision, reason=reason, by=by) if rec is not None else None
+        if done is None or done.outcome in ("unknown", "not_waiting"):
+            raise NotFound(f"no call {tool_use_id} waits for approval in {ident}")
+        assert rec is not None
+        if done.resume:
+            # The record already says queued and the unit is in keys.PENDING: if this send is lost, the sweep sends it.
+            self._send(rec)
+        out: dict[str, Any] = {"id": ident, "tool_use_id": tool_use_id, "decision": done.decision}
+        if done.outcome == "already":
+            out["already_decided"] = True
+        return out
+
+    def _send(self, rec: UnitRecord) -> None:
+        if rec.kind == "run":
+            self._celery.send_task(
+                "baton.coding_run", args=[rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
+        else:
+            chat_id = rec.owner_id.partition(":")[2]
+            self._celery.send_task(
+                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
 
     # -- coding runs -----------------------------------------------------------------------------
 

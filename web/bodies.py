@@ -23,3 +23,4 @@ class RunIn(_Body):
 class DecisionIn(_Body):
     approve: bool
     reason: str | None = None
+    by: str | None = None  # who decided, as the caller names them (shown in the timeline)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from web import deps
 from web.bodies import DecisionIn
@@ -21,16 +20,14 @@ def decide(
     tool_use_id: str,
     body: DecisionIn,
     client: deps.ClientDep,
-) -> dict[str, Any] | JSONResponse:
-    """`{"id", "tool_use_id", "decision"}`; 501 while the client has no approvals (issue #14)."""
+) -> dict[str, Any]:
+    """`{"id", "tool_use_id", "decision"}`: the decision that stands (deciding twice keeps the first)."""
     check_id(ident, "chat_id" if kind == "chats" else "run_id")
     check_id(tool_use_id, "tool_use_id")
-    if kind == "runs":
+    by = (body.by or "").strip()[:200] or None
+    which: Literal["chat", "run"] = "chat" if kind == "chats" else "run"
+    if which == "run":
         client.run_status(ident)  # 404 for an unknown run
-    if not hasattr(client, "approve") or not hasattr(client, "deny"):
-        return JSONResponse({"detail": "approvals are not available yet"}, status_code=501)
     if body.approve:
-        client.approve(ident, tool_use_id)
-    else:
-        client.deny(ident, tool_use_id, reason=body.reason)
-    return {"id": ident, "tool_use_id": tool_use_id, "decision": "approved" if body.approve else "denied"}
+        return client.approve(ident, tool_use_id, by=by, kind=which)
+    return client.deny(ident, tool_use_id, reason=body.reason, by=by, kind=which)

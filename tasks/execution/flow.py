@@ -14,9 +14,10 @@ import redis
 
 from agent.cancel import CancelToken
 from agent.context import context_window
-from agent.errors import Cancelled, LeaseLost
+from agent.edge import LoopConfig
+from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.failures import classify
-from agent.loop import LoopConfig, LoopFailure, run_loop
+from agent.loop import LoopFailure, run_loop
 from agent.messages import (
     RESUMED_NOTICE,
     dump_message,
@@ -137,12 +138,15 @@ class Execution(Settling):
             },
         )
         self.fence.commit(start)
-        if client.get(keys.stop(unit.owner_id)) in (unit.unit_id.encode(), b"*"):
-            return self._settle_stopped(rec, LoopState())
-
         journal = RedisJournal(
             client, self.fence, owner_id=unit.owner_id, unit_id=unit.unit_id, generation=rec.generation
         )
+        if client.get(keys.stop(unit.owner_id)) in (unit.unit_id.encode(), b"*"):
+            if not journal.steps:
+                return self._settle_stopped(rec, LoopState())
+            # Stopped with journaled rounds (parked for approval, or waiting after a drain): replay them, so the
+            # transcript keeps what ran, and stop at the first step that is not journaled.
+            self.cancel.cancel("stop")
         # A new generation (a retry, an auto-resume) starts an empty journal; the run's step count goes on.
         journal.done_steps = max(journal.done_steps, rec.steps)
         self.live = RedisLiveText(
@@ -173,6 +177,8 @@ class Execution(Settling):
             return self._interrupted(rec, state, "platform_deploy")
         except (RequestFailed, LoopFailure) as err:
             return self._failed(rec, state, err)
+        except AwaitingApproval as waiting:
+            return self._park(rec, state, waiting.pending)
         return self._settle(rec, state, "completed", None)
 
     def _config(self, rec: UnitRecord) -> LoopConfig:

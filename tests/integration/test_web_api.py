@@ -20,7 +20,8 @@ from tests.support.web_server import ApiServer
 
 pytestmark = pytest.mark.integration
 
-SEND_FIELDS = {"chat_id", "turn_id", "task_id", "status", "reply", "resumed", "failure", "usage"}
+# The contract's fields of `baton send --json`.
+SEND_FIELDS = {"chat_id", "turn_id", "task_id", "status", "waiting_reason", "reply", "resumed", "failure", "usage"}
 RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage"}
 TOKEN = "test-token-0123456789"
 
@@ -197,7 +198,7 @@ def test_unknown_ids_are_404(stack, serve):
 
 def test_chat_stop_retry_and_approvals(stack, serve):
     """Stop on an idle chat answers stopped=false; retry re-runs a failed last turn (202, send fields)
-    and is 422 when there is none; approvals answer 501 until the client has them."""
+    and is 422 when there is none; a decision on a call that waits for nothing is 404."""
     stack.fake_api.set_handler(Script([failing(Fault(kind="http", status=400, message="refused")), text("ok now")]))
     stack.worker()
     api = serve()
@@ -213,7 +214,7 @@ def test_chat_stop_retry_and_approvals(stack, serve):
         s.read_until(_completed)
     assert api.get(f"/api/chats/c7/turns/{sent['turn_id']}")[1]["reply"] == "ok now"
     status, body = api.post("/api/chats/c7/approvals/toolu_1", {"approve": False, "reason": "no"})
-    assert (status, body) == (501, {"detail": "approvals are not available yet"})
+    assert status == 404 and "toolu_1" in body["detail"]
 
 
 def test_a_coding_run_over_http(stack, serve, tmp_path):
