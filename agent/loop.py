@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,7 +76,7 @@ def run_loop(
     state: LoopState,
     *,
     provider: Provider,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
@@ -244,7 +245,7 @@ def answer_from_record(record: dict[str, Any]) -> Answer:
 def _tool_round(
     calls: tuple[ToolUseBlock, ...],
     state: LoopState,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
@@ -278,7 +279,7 @@ def _placeholder(tool_use_id: str) -> ToolResultBlock:
 def _tool_step(
     call: ToolUseBlock,
     state: LoopState,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 import redis
 
@@ -26,6 +27,7 @@ from agent.policy import Driver
 from agent.provider.replay import RequestFailed
 from agent.rounds import load_round, seed_state, usable_round
 from agent.state import LoopState, Usage
+from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.live import RedisLiveText
@@ -150,7 +152,7 @@ class Execution(Settling):
         state = self._seed(rec, journal)
         history = load_transcript(client, unit.owner_id, rec.history_len - 1)
         config = self._config(rec)
-        tools = (
+        tools: Mapping[str, Tool] = (
             wiring.chat_tools(settings)
             if unit.driver is Driver.CHAT_TURN
             else wiring.run_tools(settings, rec.workspace or ".")
