@@ -70,13 +70,16 @@ class Execution(Settling):
         if rec.terminal:
             return Outcome("done", "already finished")
         if unit.driver is Driver.CHAT_TURN and chat_head(client, unit.owner_id) != unit.unit_id:
-            return Outcome("defer", "an earlier turn of this chat is unfinished", 0.2)
+            # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
+            return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
         lease = Lease(
             client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
         if not lease.acquire():
             if holder_unit(lease.holder()) == unit.unit_id:
                 return Outcome("drop", "a live execution of this unit holds its lease")
+            # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
+            # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
             return Outcome("defer", "another unit of this owner holds the lease", 0.2)
         self.fence = Fence(client, lease.key, lease.token)
         watcher = Watcher(

@@ -24,6 +24,7 @@ from agent.state import LoopState, tool_summary
 from tasks.execution import wiring
 from tasks.store import keys
 from tasks.store.fenced import Batch
+from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
 
 log = logging.getLogger("baton.execution")
@@ -37,12 +38,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class HandOff:
+    """The next turn of a chat, which the settle of the turn before it starts: its task's args and id."""
+
+    args: tuple[str, ...]
+    task_id: str
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What the Celery task should do with its message."""
+    """What the Celery task should do with its message (and, after a chat turn's settle, whom to start)."""
 
     action: Literal["done", "defer", "drop", "requeue", "auto_resume"]
     reason: str = ""
     countdown: float = 0.0
+    hand_off: HandOff | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,23 @@ class Settling:
         self._finish(batch, rec)
         self.fence.commit(batch)
         self.client.zrem(keys.ACTIVE, unit.owner_id)
-        return Outcome("done", status)
+        return Outcome("done", status, hand_off=self._next_turn())
+
+    def _next_turn(self) -> HandOff | None:
+        """The chat's next turn, read after this turn left the queue: the settle starts it (no turn polls).
+
+        Read after the fenced write, so a turn enqueued before it is seen here, and one enqueued after it
+        finds itself at the head when its own message runs. A crash before the hand-off is published is
+        recovered by the lost-message sweep (the chat stays in `keys.PENDING` while it has unfinished
+        turns). A needless copy (the next turn's own message is still in the broker) is harmless: the
+        lease, or the finished record, turns the second copy away.
+        """
+        if self.unit.driver is not Driver.CHAT_TURN:
+            return None
+        nxt = chat_head_record(self.client, self.unit.owner_id)
+        if nxt is None or nxt.status == "running":
+            return None
+        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id)
 
     def _stored_round(self, state: LoopState) -> bytes | None:
         """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""
