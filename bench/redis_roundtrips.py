@@ -224,6 +224,23 @@ def main(k: int = K) -> list[Row]:
             if three.commands.get(c, 0) != zero.commands.get(c, 0)
         }
 
+        # Per turn with no tool round, by command: the worker's share (our sends, our status polls, which are
+        # HGETs, and the idle traffic taken out as above).
+        per_turn0_by_command = {
+            c: round(v, 2)
+            for c in sorted(zero.commands)
+            if abs(
+                v := (
+                    zero.commands.get(c, 0)
+                    - send_turn_cost.commands.get(c, 0)
+                    - (zero.polls if c == "hget" else 0)
+                    - idle.get(c, 0) / 3.0 * (zero.seconds + send_turn_cost.seconds)
+                )
+                / k
+            )
+            >= 0.05
+        }
+
         round_writes = _drain(sub)
         r.set(keys.round_slot(keys.owner("chat", "bench-control")), "x", px=60_000)
         control = _drain(sub)
@@ -234,6 +251,7 @@ def main(k: int = K) -> list[Row]:
     print(f"  worker commands per turn: 0 rounds {fmt(per_turn0)}, 3 rounds {fmt(per_turn3)}; "
           f"per bare ping {fmt(per_ping)}", flush=True)
     print(f"  per tool round, by command: {json.dumps(by_command)}", flush=True)
+    print(f"  per turn with 0 tool rounds, by command: {json.dumps(per_turn0_by_command)}", flush=True)
     print(f"  fenced writes per turn: 0 rounds {fmt(fenced0)}, 3 rounds {fmt(fenced3)}", flush=True)
     print(f"  one RedisJournal.record: {fmt(journal.round_trips)} round trip(s); server-side commands "
           f"{json.dumps(journal.breakdown)} (commandstats counts the commands run inside a Lua script)", flush=True)

@@ -107,8 +107,7 @@ class Settling:
         since_ms = int(max(0.0, rec.created_at - 60) * 1000)  # a minute's slack for the clocks of client and Redis
         due = time.time() + self.settings.live_text_retention
         batch.add("ZADD", keys.DELTA_TRIM, str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
-        if self.client.get(keys.stop(owner)) in (self.unit.unit_id.encode(), b"*"):
-            batch.add("DEL", keys.stop(owner))
+        batch.delete_if(keys.stop(owner), self.unit.unit_id, "*")  # a stop for this unit is spent
         if self.unit.driver is Driver.CHAT_TURN:
             batch.add("LREM", keys.queue(owner), "1", self.unit.unit_id)
         batch.add("DEL", keys.lease(owner))
@@ -172,8 +171,8 @@ class Settling:
             )
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
         self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
         return Outcome("done", status, hand_off=self._next_turn())
 
     def _next_turn(self) -> HandOff | None:
@@ -246,8 +245,8 @@ class Settling:
                 },
             )
             batch.add("DEL", keys.lease(unit.owner_id))
+            batch.add("ZREM", keys.ACTIVE, unit.owner_id)
             self.fence.commit(batch)
-            self.client.zrem(keys.ACTIVE, unit.owner_id)
             delay = compute_backoff(1, wiring.backoff(settings))
             return Outcome("auto_resume", reason, delay)
         failure = Failure.model_validate(
@@ -311,6 +310,6 @@ class Settling:
                 },
             )
         batch.add("DEL", keys.lease(unit.owner_id))
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
         self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
         return Outcome("requeue", f"platform interrupt: {text}")

@@ -35,8 +35,10 @@ class Watcher:
         self.lease_lost = False
         self._thread = threading.Thread(target=self._run, name=f"watch:{owner_id}", daemon=True)
 
-    def start(self) -> Watcher:
-        self.poll_once()
+    def start(self, *, poll: bool = True) -> Watcher:
+        """Start beating; `poll=False` when the caller already read the flags (`seen`) with the lease."""
+        if poll:
+            self.poll_once()
         self._thread.start()
         return self
 
@@ -57,8 +59,11 @@ class Watcher:
             self.lease_lost = True
             self._cancel.cancel("drain")
             return
-        stop_value = stop.decode() if isinstance(stop, bytes) else stop
-        if stop_value and stop_value in (self._unit_id, "*"):
+        self.seen(stop=stop.decode() if isinstance(stop, bytes) else stop, draining=bool(draining))
+
+    def seen(self, *, stop: str | None, draining: bool) -> None:
+        """Act on the stop and drain flags as read: a stop naming this unit (or all), or a drain, cancels."""
+        if stop and stop in (self._unit_id, "*"):
             self._cancel.cancel("stop")
         elif draining:
             self._cancel.cancel("drain")

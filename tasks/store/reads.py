@@ -15,7 +15,11 @@ def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord 
 
 
 def load_transcript(client: redis.Redis, owner_id: str, end: int = -1) -> list[Message]:
-    raw = client.lrange(keys.transcript(owner_id), 0, end)
+    return parse_transcript(client.lrange(keys.transcript(owner_id), 0, end))
+
+
+def parse_transcript(raw: list[bytes | str]) -> list[Message]:
+    """Transcript entries as messages (an entry that is no message is skipped)."""
     return [m for m in (load_message(r) for r in raw) if m is not None]
 
 
