@@ -23,7 +23,7 @@ from pathlib import Path
 from bench._common import Row, fmt
 from tasks.demo.embedded_redis import find_redis_server
 
-SCRIPTS = ["naive_loop", "turn_latency", "redis_roundtrips", "throughput", "drain", "faults", "memory"]
+SCRIPTS = ["naive_loop", "turn_latency", "redis_roundtrips", "throughput", "drain", "faults", "memory", "growth"]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
