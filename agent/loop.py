@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from agent.cancel import CancelToken
 from agent.errors import BatonError, Cancelled
 from agent.failures import FailureClass
-from agent.history import repair
+from agent.history import RequestHistory
 from agent.live import LiveText, NoLiveText
-from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, to_api
+from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from agent.policy import Backoff, Driver
 from agent.provider.base import Answer, Provider, ProviderRequest, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
@@ -85,11 +85,12 @@ def run_loop(
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
     tool_specs = [t.to_api() for t in tools.values()]
     live = live or NoLiveText()
+    view = RequestHistory()  # the request's history, grown round by round instead of rebuilt
     while True:
         cancel.raise_if_set()
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = _model_step(history, state, provider, tool_specs, edge, cancel, config, live)
+        answer = _model_step(history, view, state, provider, tool_specs, edge, cancel, config, live)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))
@@ -121,6 +122,7 @@ def run_loop(
 
 def _model_step(
     history: list[Message],
+    view: RequestHistory,
     state: LoopState,
     provider: Provider,
     tool_specs: list[dict[str, Any]],
@@ -143,7 +145,7 @@ def _model_step(
     message_id = step_message_id(config, state)
     request = ProviderRequest(
         model=config.model,
-        messages=to_api(repair([*history, *state.messages])),
+        messages=view.api([*history, *state.messages]),
         tools=tool_specs,
         system=config.system,
     )
