@@ -149,13 +149,17 @@ class Execution(Settling):
         pipe.set(lease.key, lease.token, nx=True, px=lease.ttl_ms)
         pipe.get(keys.stop(unit.owner_id))
         pipe.exists(keys.drain(self.hostname))
-        pipe.hgetall(keys.journal(unit.owner_id, unit.unit_id, rec.generation))
-        pipe.hgetall(keys.live(unit.owner_id, unit.unit_id, rec.generation))
         # A started generation reads its history up to its own messages; a new one reads all of it.
         pipe.lrange(keys.transcript(unit.owner_id), 0, rec.history_len - 1 if rec.history_len >= 0 else -1)
-        acquired, stop, draining, journal, live, transcript = pipe.execute()
+        started = rec.history_len >= 0
+        if started:
+            # Only a generation whose start was committed can have journaled steps or streamed text.
+            pipe.hgetall(keys.journal(unit.owner_id, unit.unit_id, rec.generation))
+            pipe.hgetall(keys.live(unit.owner_id, unit.unit_id, rec.generation))
+        acquired, stop, draining, transcript, *rest = pipe.execute()
         if not acquired:
             return None
+        journal, live = rest if started else ({}, {})
         return Loaded(text_or_none(stop), bool(draining), journal, live, transcript)
 
     def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
