@@ -9,6 +9,12 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# bubblewrap: run_command's sandbox (BATON_SANDBOX=bwrap, the default). prlimit and setpriv come with
+# util-linux, which Debian always has. The container must still allow user namespaces (see docker-compose.yml).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 # Unprivileged runtime user with a fixed uid/gid (handy for volume permissions).
 RUN groupadd --system --gid 10001 baton \
     && useradd --system --uid 10001 --gid baton --create-home --home-dir /home/baton \
@@ -25,8 +31,11 @@ RUN pip install --no-cache-dir . \
     && cd / && rm -rf /src
 
 # Run from a directory without source files so `celery -A tasks` imports the installed package.
+# Non-root also matters to the sandbox: the kernel applies its process limit (RLIMIT_NPROC) to no uid 0 process.
 USER baton
 WORKDIR /home/baton
+# Flower's options (task columns for retries and their reason): Flower reads ./flowerconfig.py by default.
+COPY flowerconfig.py /home/baton/flowerconfig.py
 
 # Celery handles SIGTERM as a warm shutdown: running runs checkpoint and requeue, then it exits.
 STOPSIGNAL SIGTERM

@@ -21,6 +21,10 @@ class ToolLoadError(BatonError):
     """`BATON_TOOLS` names something that is not a list of tools."""
 
 
+class CueLoadError(BatonError):
+    """`BATON_SCRIPTED_CUES` names something that is not a mapping of texts to scripted cues."""
+
+
 class ProviderError(BatonError):
     """A provider request failed for good; carries its failure class and the usage it spent."""
 
@@ -43,3 +47,11 @@ class Cancelled(Exception):
     def __init__(self, reason: CancelReason) -> None:
         super().__init__(reason)
         self.reason: CancelReason = reason
+
+
+class AwaitingApproval(Exception):
+    """The round has calls waiting for a person's decision; the unit parks until every one is decided."""
+
+    def __init__(self, pending: list[str]) -> None:
+        super().__init__(f"waiting for approval of {', '.join(pending)}")
+        self.pending = pending

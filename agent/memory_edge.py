@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.loop import EventDraft
+from agent.edge import EventDraft
 
 
 @dataclass
@@ -13,6 +13,7 @@ class MemoryEdge:
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[EventDraft] = field(default_factory=list)
     writes: int = 0
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # tool_use_id -> a person's decision
 
     def recorded(self, step_id: str) -> dict[str, Any] | None:
         return self.steps.get(step_id)
@@ -24,6 +25,9 @@ class MemoryEdge:
 
     def emit(self, events: list[EventDraft]) -> None:
         self.events.extend(events)
+
+    def decision(self, tool_use_id: str) -> dict[str, Any] | None:
+        return self.decisions.get(tool_use_id)
 
     def types(self) -> list[str]:
         return [kind for kind, _ in self.events]

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 INTERRUPTED_RESULT = "[Interrupted before result was recorded]"
 RESUMED_NOTICE = "Continued from the tool results already fetched."
 STOPPED_NOTICE = "Stopped by user."
+DENIED_RESULT = "Denied by user."
+DENIED_WITH_REASON = "Denied by user: {reason}"
+EXPIRED_RESULT = "Denied: approval expired."
 DEPLOY_NOTICE = "Interrupted by a platform deploy; resuming (attempt {attempt} of {max_attempts})."
 
 

@@ -27,7 +27,8 @@ _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", b
 
 @dataclass(frozen=True)
 class Tool:
-    """A callable the model may use. `idempotent` means re-running it under the same key is safe."""
+    """A callable the model may use. `idempotent` means re-running it under the same key is safe;
+    `approval` that each call waits for a person to approve it (the unit parks, holding no worker)."""
 
     name: str
     description: str
@@ -35,6 +36,7 @@ class Tool:
     effect: Effect
     fn: Callable[..., Any] = field(repr=False)
     idempotent: bool = False
+    approval: bool = False
     _validator: Any = field(default=None, repr=False, compare=False)
 
     def to_api(self) -> dict[str, Any]:
@@ -56,10 +58,13 @@ def tool(
     effect: Effect = "read",
     name: str | None = None,
     idempotent: bool = False,
+    approval: bool = False,
 ) -> Any:
     """Make a function a tool: docstring → description, type hints → JSON schema."""
     if effect not in ("read", "write"):
         raise ToolDefinitionError(f"effect must be 'read' or 'write', not {effect!r}")
+    if approval and effect != "write":
+        raise ToolDefinitionError("approval=True is for write tools: a read has no effect to approve")
 
     def wrap(f: Callable[..., Any]) -> Tool:
         schema, validator = _schema_for(f)
@@ -70,6 +75,7 @@ def tool(
             effect=effect,
             fn=f,
             idempotent=idempotent,
+            approval=approval,
             _validator=validator,
         )
 

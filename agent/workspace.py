@@ -3,67 +3,42 @@
 The file tools are confined: every path a model gives is resolved (symlinks included) against the workspace
 root and refused unless it stays inside, because a model's path is untrusted input and one `../` or one
 planted symlink would otherwise let a run read the worker's secrets or overwrite files outside its checkout.
-`run_command` is NOT a sandbox: it runs in the root with secrets scrubbed from its environment and without a
-shell, but the program itself can touch anything the worker can. Real isolation of commands is the job of
-the container or user the worker runs as.
+`run_command` runs without a shell, inside the bubblewrap sandbox of `agent.sandbox` (see `agent.commands`):
+a command sees the workspace as the only writable place, no network, no host process, no secret. The file
+tools run in the worker itself, so their path confinement stays the guard even against a symlink a
+sandboxed command planted.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shlex
-import signal
 import stat
-import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 
+from agent import commands
+from agent.commands import scrubbed_env as scrubbed_env  # re-exported: it lived here before the sandbox
 from agent.errors import ToolError
+from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, cap_result, tool
 
 MAX_READ_BYTES = 1_000_000
 LIST_LIMIT = 1_000
-KILL_GRACE_SECONDS = 2.0
-
-_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|_AUTH", re.IGNORECASE)
-_SECRET_NAMES = frozenset({"BATON_REDIS_URL", "BATON_BROKER_URL"})
-_URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^@\s]+@")  # scheme://user:pass@ (user may be empty)
-
-
-def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The worker's environment minus anything that looks like a credential.
-
-    A command the model chooses must not be able to print the API key or the Redis password into a
-    tool_result (which goes back to the provider and into logs), so names and values that look secret go.
-    Erring on the side of dropping is deliberate: a missing variable fails loudly, a leaked one does not.
-    """
-    return {
-        name: value
-        for name, value in environ.items()
-        if not (
-            _SECRET_NAME.search(name)
-            or name.upper() in _SECRET_NAMES
-            or name.upper().startswith("ANTHROPIC_")
-            or _URL_PASSWORD.search(value)
-        )
-    }
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL a whole process group, so grandchildren (a test server, `sleep &`) die with the command."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
-        os.killpg(pgid, signal.SIGKILL)
-
+DEFAULT_SANDBOX = SandboxPolicy()
 
 def workspace_tools(
-    root: str | os.PathLike[str], *, command_timeout: float = 60.0, output_cap: int = 16_000
+    root: str | os.PathLike[str],
+    *,
+    command_timeout: float = 60.0,
+    output_cap: int = 16_000,
+    sandbox: SandboxPolicy | None = DEFAULT_SANDBOX,
 ) -> list[Tool]:
     """Build `read_file`, `write_file`, `list_files` and `run_command` bound to one workspace root.
 
-    The root is resolved once, here, so a symlinked checkout path is compared in its real form.
+    The root is resolved once, here, so a symlinked checkout path is compared in its real form. `sandbox` is
+    the policy `run_command` runs under; None (`BATON_SANDBOX=none`) runs commands unconfined, on purpose.
     """
+    output_bytes = max(4 * output_cap, 65536)  # bytes read per stream; the text is cut to output_cap after
     root_real = Path(os.path.realpath(root))
     if not root_real.is_dir():
         raise ValueError(f"workspace root {os.fspath(root)!r} is not a directory")
@@ -190,8 +165,10 @@ def workspace_tools(
     def run_command(command: str) -> str:
         """Run a command in the workspace root and return its exit code, stdout and stderr. The line is split
         like a shell would split words, but NO shell runs it: `;`, `&&`, pipes, redirects and `$VAR` are
-        passed through literally (use `sh -c '...'` when you need them). Secrets are not in its environment.
-        It is killed after a time limit."""
+        passed through literally (use `sh -c '...'` when you need them). It runs in a sandbox: the workspace is
+        the only writable place (HOME is the workspace, /tmp is private and small), there is no network, no
+        other process is visible and the environment holds only PATH, HOME and LANG. It is killed after a
+        time limit, and with everything it started when it ends."""
         try:
             argv = shlex.split(command)
         except ValueError as err:
@@ -199,38 +176,21 @@ def workspace_tools(
         if not argv:
             raise ToolError("refused: the command is empty")
         try:
-            proc = subprocess.Popen(
-                argv,
-                shell=False,
-                cwd=root_real,
-                env=scrubbed_env(os.environ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group, so a timeout can kill all of it
+            done = commands.run(
+                argv, os.fspath(root_real), sandbox=sandbox, timeout=command_timeout, output_bytes=output_bytes
             )
-        except FileNotFoundError:
-            raise ToolError(f"command not found: {argv[0]}") from None
-        except OSError as err:
-            raise ToolError(f"cannot run {argv[0]}: {err.strerror}") from None
-        except ValueError as err:  # e.g. a NUL byte in an argument
-            raise ToolError(f"refused: {err}") from None
-        with proc:
-            try:
-                out, err_out = proc.communicate(timeout=command_timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)  # the leader is not reaped yet, so its pid still names the group
-                # Something that left the group may still hold the pipes; `with proc` closes them then.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.communicate(timeout=KILL_GRACE_SECONDS)
-                raise ToolError(
-                    f"`{command}` timed out after {command_timeout:g} s; its process group was killed"
-                ) from None
-            _kill_group(proc.pid)  # background children must not outlive the command on the worker
-        parts = [f"exit code {proc.returncode}"]
-        for label, stream in (("stdout", out), ("stderr", err_out)):
+        except commands.SandboxUnavailable:
+            raise
+        except ToolError as err:
+            if "timed out" in str(err):
+                raise ToolError(f"`{command}` {err}") from None
+            raise
+        parts = [f"exit code {done.returncode}"]
+        for label, stream in (("stdout", done.stdout), ("stderr", done.stderr)):
             if stream:
                 parts.append(f"--- {label} ---\n{stream.decode('utf-8', errors='replace')}")
+        if done.dropped:
+            parts.append(f"[… {done.dropped} more bytes of output were discarded]")
         return cap_result("\n".join(parts), output_cap)
 
     return [read_file, write_file, list_files, run_command]

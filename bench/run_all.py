@@ -23,7 +23,19 @@ from pathlib import Path
 from bench._common import Row, fmt
 from tasks.demo.embedded_redis import find_redis_server
 
-SCRIPTS = ["naive_loop", "turn_latency", "redis_roundtrips", "throughput", "drain", "faults", "memory", "growth"]
+SCRIPTS = [
+    "naive_loop",
+    "turn_latency",
+    "redis_roundtrips",
+    "throughput",
+    "drain",
+    "faults",
+    "memory",
+    "sandbox",
+    "web_streams",
+    "live_text",
+    "growth",
+]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 

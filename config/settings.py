@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     round_max_bytes: int = Field(98304, ge=1024)
     max_interruptions: int = Field(3, ge=0, le=100)
     max_rounds: int = Field(12, ge=1, le=200)
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    sandbox_network: Literal["off", "on"] = "off"
+    # Host uid a root worker becomes before bwrap, so the sandbox's process limit binds (the kernel never
+    # applies RLIMIT_NPROC to uid 0). The workspace must then be writable by that uid.
+    sandbox_uid: int | None = Field(None, ge=1, le=2**32 - 2)
 
     # Beyond the contract: operational knobs with safe defaults.
     queue: str = Field("baton", pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
@@ -45,6 +50,19 @@ class Settings(BaseSettings):
     live_text_retention: float = Field(120.0, ge=0, le=7 * 24 * 3600)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
+    # The scripted provider's cues (`module:attribute`): texts a person reads, mapped to directives.
+    scripted_cues: str = ""
+
+    # The HTTP API (`baton serve`, web/). The token is a secret: SecretStr keeps it out of reprs and logs.
+    api_token: SecretStr | None = None
+    api_ping_interval: float = Field(15.0, gt=0, le=15)  # the contract: a comment at least every 15 s
+    api_redis_connections: int = Field(2000, ge=2, le=100_000)  # one per open stream, plus a few
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        # `BATON_API_TOKEN=` (compose files pass empty values) means no token, not a token of "".
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _broker_defaults_to_store(self) -> Settings:

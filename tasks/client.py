@@ -6,7 +6,7 @@ import json
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from celery import Celery
@@ -17,9 +17,12 @@ from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks.store import keys
+from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
+
+Kind = Literal["chat", "run"]
 
 
 class ValidationError(ValueError):
@@ -155,14 +158,20 @@ class Client:
 
     # -- either kind -----------------------------------------------------------------------------
 
-    def _owner(self, ident: str) -> str:
+    def _owner(self, ident: str, kind: Kind | None = None) -> str:
+        """`chat:ID` or `run:ID`: as `kind` says, else a run when one by that id exists, else a chat."""
         _check_id(ident, "id")
+        if kind is not None:
+            return keys.owner(kind, ident)
         run_owner = keys.owner("run", ident)
         return run_owner if self.redis.exists(keys.record(run_owner, ident)) else keys.owner("chat", ident)
 
-    def retry(self, ident: str) -> TurnRef | RunRef:
-        """Re-run a chat's last failed turn or a failed run; resumes from a stored round if one is live."""
-        owner = self._owner(ident)
+    def retry(self, ident: str, *, kind: Kind | None = None) -> TurnRef | RunRef:
+        """Re-run a chat's last failed turn or a failed run; resumes from a stored round if one is live.
+
+        `kind` ("chat" or "run") says which one `ident` names, where a chat and a run may share an id.
+        """
+        owner = self._owner(ident, kind)
         if owner.startswith("run:"):
             rec = load_record(self.redis, owner, ident)
             if rec is None or rec.status != "failed":
@@ -176,9 +185,9 @@ class Client:
             raise ValidationError(f"chat {ident} has no failed last turn to retry")
         return self._retry_turn(last)
 
-    def stop(self, ident: str) -> dict[str, Any]:
+    def stop(self, ident: str, *, kind: Kind | None = None) -> dict[str, Any]:
         """Ask the running (or queued) turn or run to stop; says so when there is nothing to stop."""
-        owner = self._owner(ident)
+        owner = self._owner(ident, kind)
         if owner.startswith("run:"):
             rec = load_record(self.redis, owner, ident)
         else:
@@ -191,11 +200,13 @@ class Client:
         self.redis.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
         return {"id": ident, "stopped": True, "message": f"stop requested for {rec.unit_id}"}
 
-    def transcript(self, ident: str) -> list[Message]:
-        return load_transcript(self.redis, self._owner(ident))
+    def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
+        """The chat's or run's messages in order (notices included)."""
+        return load_transcript(self.redis, self._owner(ident, kind))
 
-    def events(self, ident: str, after: str | None = None) -> list[Event]:
-        key = keys.events(self._owner(ident))
+    def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:
+        """The chat's or run's events after `after` (exclusive), in order; live text is left out."""
+        key = keys.events(self._owner(ident, kind))
         start = f"({after}" if after else "-"
         out: list[Event] = []
         for stream_id, fields in stream_entries(self.redis.xrange(key, start, "+")):
@@ -204,9 +215,11 @@ class Client:
                 out.append(event)
         return out
 
-    def follow(self, ident: str, after: str | None = None, block_ms: int = 1000) -> list[Event]:
+    def follow(
+        self, ident: str, after: str | None = None, block_ms: int = 1000, *, kind: Kind | None = None
+    ) -> list[Event]:
         """Events after `after`, waiting up to `block_ms` for the first one."""
-        key = keys.events(self._owner(ident))
+        key = keys.events(self._owner(ident, kind))
         found = self.redis.xread({key: after or "0-0"}, block=block_ms, count=500)
         out: list[Event] = []
         for stream_id, fields in read_entries(found or []):
@@ -214,6 +227,57 @@ class Client:
             if event is not None and event.type != TEXT_DELTA:
                 out.append(event)
         return out
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def approve(
+        self, ident: str, tool_use_id: str, *, by: str | None = None, kind: Kind | None = None
+    ) -> dict[str, Any]:
+        """Approve a call that waits for approval; the unit resumes on any worker once all its calls are decided."""
+        return self._decide(ident, tool_use_id, "approved", reason=None, by=by, kind=kind)
+
+    def deny(
+        self,
+        ident: str,
+        tool_use_id: str,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        kind: Kind | None = None,
+    ) -> dict[str, Any]:
+        """Deny a call that waits for approval: it never runs; the model reads `Denied by user[: reason]`."""
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
+            raise ValidationError("reason must be a string of at most 2000 characters")
+        return self._decide(ident, tool_use_id, "denied", reason=reason or None, by=by, kind=kind)
+
+    def _decide(
+        self, ident: str, tool_use_id: str, decision: Decision, *, reason: str | None, by: str | None, kind: Kind | None
+    ) -> dict[str, Any]:
+        _check_id(tool_use_id, "tool_use_id")
+        owner = self._owner(ident, kind)
+        rec = find_waiting(self.redis, owner, tool_use_id)
+        done = decide(self.redis, rec, tool_use_id, decision, reason=reason, by=by) if rec is not None else None
+        if done is None or done.outcome in ("unknown", "not_waiting"):
+            raise NotFound(f"no call {tool_use_id} waits for approval in {ident}")
+        assert rec is not None
+        if done.resume:
+            # The record already says queued and the unit is in keys.PENDING: if this send is lost, the sweep sends it.
+            self._send(rec)
+        out: dict[str, Any] = {"id": ident, "tool_use_id": tool_use_id, "decision": done.decision}
+        if done.outcome == "already":
+            out["already_decided"] = True
+        return out
+
+    def _send(self, rec: UnitRecord) -> None:
+        if rec.kind == "run":
+            self._celery.send_task(
+                "baton.coding_run", args=[rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
+        else:
+            chat_id = rec.owner_id.partition(":")[2]
+            self._celery.send_task(
+                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+            )
 
     # -- coding runs -----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.fake_anthropic import FakeMessagesServer
 from tests.support.processes import REPO, RedisServer, Worker
+from tests.support.web_server import ApiServer
 
 FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
 
@@ -89,3 +90,19 @@ def scripted_stack(redis_server: RedisServer, tmp_path: Path) -> Iterator[Stack]
     s = Stack(redis_server, None, tmp_path)
     yield s
     s.stop()
+
+
+@pytest.fixture
+def serve(stack: Stack) -> Iterator:
+    """Start `python -m tasks.cli serve` on a free port against the stack's Redis: `serve(**env)` -> ApiServer
+    (extra env such as BATON_API_TOKEN); every server started is stopped at teardown."""
+    servers: list[ApiServer] = []
+
+    def start(**env: str) -> ApiServer:
+        server = ApiServer({**stack.env, **env}, stack.tmp_path).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

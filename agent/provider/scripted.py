@@ -1,21 +1,23 @@
 """The scripted provider: deterministic answers, streamed through the same reducer as the real one.
 
 Used by unit tests (an explicit list of replies) and by `baton demo` and workers with
-`BATON_PROVIDER=scripted` (directives written in the user's message, see `directive_script`).
+`BATON_PROVIDER=scripted` (directives written in the user's message, or kept off it in cues,
+see `directive_script`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agent.cancel import CancelToken
-from agent.errors import Cancelled, ProviderError
+from agent.errors import Cancelled, CueLoadError, ProviderError
 from agent.failures import FailureClass, IncompleteStream, StreamStalled
 from agent.messages import TextBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptFailed, ProviderRequest, TextSink
@@ -182,18 +184,56 @@ def _results(request: ProviderRequest) -> list[str]:
     return out
 
 
-def directive_script(counter: Counter | None = None) -> Script:
-    """A deterministic agent driven by directives in the user's text.
+@dataclass(frozen=True)
+class Cue:
+    """What the scripted agent does when the user says a cue's text, so the text itself stays natural.
+
+    `directives` are read as if they had been written in the user's message; `answer` is the final
+    answer, `{results}` standing for the tool results joined with "; ".
+    """
+
+    directives: str
+    answer: str = "Done: {results}."
+
+
+def load_cues(spec: str) -> dict[str, Cue]:
+    """Load `module:attribute`, a mapping of user texts to cues (`BATON_SCRIPTED_CUES`); empty for ""."""
+    if not spec.strip():
+        return {}
+    module_name, _, attribute = spec.strip().partition(":")
+    if not module_name or not attribute:
+        raise CueLoadError(f"{spec!r} is not of the form module:attribute")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise CueLoadError(f"{spec!r} cannot be loaded: {err}") from err
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, Cue) for k, v in value.items()):
+        raise CueLoadError(f"{spec!r} is not a mapping of texts to Cue")
+    return {k.strip(): v for k, v in value.items()}
+
+
+def prompt_key(prompt: str) -> str:
+    """The key a prompt's fault counters live under (a caller resetting them needs it)."""
+    return hashlib.sha1(prompt.encode()).hexdigest()[:16]
+
+
+def directive_script(counter: Counter | None = None, cues: Mapping[str, Cue] | None = None) -> Script:
+    """A deterministic agent driven by directives in the user's text, or in the cue for that text.
 
     `tool:NAME{json}` calls NAME, one directive per round, in order; `steps:N` writes N files with
     `write_file`; `drop` breaks the final answer's first attempt mid-stream; `fail-after-tools:N`
     fails the first N attempts after the tools ran (overloaded); `slow:S` takes S seconds per answer.
-    Otherwise it answers with what the tools returned.
+    Otherwise it answers with what the tools returned. When the user's whole text is a key of `cues`,
+    that cue's directives apply instead and the text is never parsed, so a conversation meant to be
+    read (`baton demo`) carries no directive.
     """
     counts = counter or MemoryCounter()
+    cued = dict(cues or {})
 
     def script(request: ProviderRequest, _index: int) -> ScriptedReply:
-        prompt, answered = _prompt(request)
+        said, answered = _prompt(request)
+        cue = cued.get(said.strip())
+        prompt = cue.directives if cue is not None else said
         slow = _SLOW.search(prompt)
         delay = float(slow.group(1)) if slow else 0.0
         calls = [(m.group(1), json.loads(m.group(2)) if m.group(2) else {}) for m in _TOOL.finditer(prompt)]
@@ -202,7 +242,8 @@ def directive_script(counter: Counter | None = None) -> Script:
             calls += [
                 ("write_file", {"path": f"step{i}.txt", "content": f"step {i}\n"}) for i in range(int(steps.group(1)))
             ]
-        key = hashlib.sha1(prompt.encode()).hexdigest()[:16]
+        # Keyed by what was said, so two cues with the same directives keep their own fault counters.
+        key = prompt_key(said)
         if answered < len(calls):
             name, tool_input = calls[answered]
             reply = reply_tool(name, tool_input, call_id=f"toolu_{key[:8]}_{answered}")
@@ -214,6 +255,7 @@ def directive_script(counter: Counter | None = None) -> Script:
             return ScriptedReply(fault="drop", partial="Here is a partial answer that will be cu", delay=delay)
         results = _results(request)[-len(calls) :] if calls else []
         summary = "; ".join(results) if results else "no tools needed"
-        return ScriptedReply(content=(TextBlock(text=f"Done: {summary}."),), delay=delay)
+        answer = (cue.answer if cue is not None else "Done: {results}.").format(results=summary)
+        return ScriptedReply(content=(TextBlock(text=answer),), delay=delay)
 
     return script

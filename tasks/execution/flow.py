@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import redis
 
 from agent.cancel import CancelToken
+from agent.edge import LoopConfig
 from agent.errors import Cancelled, LeaseLost
 from agent.failures import classify
-from agent.loop import LoopConfig, LoopFailure, run_loop
+from agent.loop import LoopFailure, run_loop
 from agent.messages import (
     RESUMED_NOTICE,
     dump_message,

@@ -12,7 +12,8 @@ import redis
 
 from agent.policy import Backoff
 from agent.provider.base import Provider
-from agent.provider.scripted import ScriptedProvider, directive_script
+from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
+from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
 from config.settings import Settings
@@ -35,6 +36,12 @@ class RedisCounter:
         return int(self._client.hincrby(keys.SCRIPTED_COUNTS, key, 1))
 
 
+@lru_cache(maxsize=4)
+def scripted_cues(spec: str) -> dict[str, Cue]:
+    """The cues `BATON_SCRIPTED_CUES` names, imported once per process."""
+    return load_cues(spec)
+
+
 _providers: dict[tuple[int, float], Provider] = {}
 _providers_lock = threading.Lock()
 
@@ -48,7 +55,7 @@ def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     client is safe to share between threads; the provider keeps no per-call state.
     """
     if settings.provider == "scripted":
-        return ScriptedProvider(directive_script(RedisCounter(client)))
+        return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
 
     key = (os.getpid(), settings.stream_idle_timeout)
@@ -79,6 +86,13 @@ def chat_tools(settings: Settings) -> Mapping[str, Tool]:
     return _chat_tools(settings.tools)
 
 
+def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
+    """The policy `run_command` runs under; None only for `BATON_SANDBOX=none`."""
+    if settings.sandbox == "none":
+        return None
+    return SandboxPolicy(network=settings.sandbox_network == "on", run_as=settings.sandbox_uid)
+
+
 def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
     """A run's tools: its workspace's own (they are bound to its directory) and the shared `BATON_TOOLS`."""
-    return by_name([*workspace_tools(workspace), *_loaded(settings.tools)])
+    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools)])

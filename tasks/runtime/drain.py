@@ -20,7 +20,8 @@ from typing import Any
 
 from celery import signals
 
-from agent.errors import ToolDefinitionError, ToolLoadError
+from agent import commands
+from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.live_trim import trim_live_text
@@ -31,6 +32,7 @@ log = logging.getLogger("baton.drain")
 
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
+_sandbox_notice: list[tuple[int, str]] = []
 
 
 @signals.worker_shutting_down.connect
@@ -47,6 +49,8 @@ def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_:
 @signals.worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     hostname = getattr(sender, "hostname", None) or str(sender)
+    for level, message in _sandbox_notice:
+        log.log(level, "sandbox: %s", message)
     client = wiring.redis_client(settings.redis_url)
     client.delete(keys.drain(hostname))
     interval = min(2.0, settings.lease_ttl / 4)
@@ -72,17 +76,55 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
 
 @signals.worker_init.connect
 def _prepare_worker(**_: Any) -> None:
-    """Load what every task needs before the pool forks, and refuse to start with unloadable tools."""
+    """Load what every task needs before the pool forks; refuse to start with unloadable tools or cues."""
     if settings.provider == "anthropic":
         # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
         import agent.provider.anthropic_provider  # noqa: F401
     try:
         wiring.chat_tools(settings)
     except (ToolLoadError, ToolDefinitionError) as err:
-        log.critical("invalid settings: BATON_TOOLS: %s", err)
-        sys.stderr.write(f"invalid settings: BATON_TOOLS: {err}\n")
-        sys.stderr.flush()
-        os._exit(2)
+        _refuse_to_start("BATON_TOOLS", err)
+    if settings.provider == "scripted":
+        try:
+            wiring.scripted_cues(settings.scripted_cues)
+        except CueLoadError as err:
+            _refuse_to_start("BATON_SCRIPTED_CUES", err)
+    # Probed here, before the pool forks; logged once the worker's logging is set up (in worker_ready).
+    _sandbox_notice[:] = [check_sandbox()]
+
+
+def check_sandbox() -> tuple[int, str]:
+    """How model-chosen commands will run on this worker, as (log level, message), probed once at start.
+
+    A sandbox that cannot start is a warning, not an exit: chat turns still work, and every `run_command`
+    refuses with the same reason (fail closed).
+    """
+    policy = wiring.sandbox_policy(settings)
+    if policy is None:
+        return logging.WARNING, (
+            "BATON_SANDBOX=none: run_command runs model-chosen commands UNCONFINED, as this worker's user: they can "
+            "read this worker's environment (API key, Redis password) through /proc, reach Redis and the network, "
+            "and write anywhere this user can"
+        )
+    reason = commands.probe(policy)
+    if reason is not None:
+        return logging.WARNING, f"run_command will refuse every command: {reason}"
+    if os.geteuid() == 0 and policy.run_as is None:
+        return logging.WARNING, (
+            "the worker runs as root: the kernel does not apply the sandbox's process limit (RLIMIT_NPROC) to uid 0, "
+            "so a fork bomb is bounded only by the command timeout; run the worker as a non-root user or set "
+            "BATON_SANDBOX_UID"
+        )
+    network = "with" if policy.network else "without"
+    return logging.INFO, f"run_command runs in the bubblewrap sandbox, {network} network"
+
+
+def _refuse_to_start(variable: str, err: Exception) -> None:
+    # A bad setting must stop the worker at start, naming the variable, not fail every unit later.
+    log.critical("invalid settings: %s: %s", variable, err)
+    sys.stderr.write(f"invalid settings: {variable}: {err}\n")
+    sys.stderr.flush()
+    os._exit(2)
 
 
 @signals.worker_process_init.connect

@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
+from agent.edge import EventDraft
 from agent.events import encode_event
-from agent.loop import EventDraft
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
 from tasks.store.replies import text
@@ -36,7 +36,10 @@ class RedisJournal:
     ) -> None:
         """`loaded`: the journal hash as already read (with the lease, in the same round trip); else read here."""
         self._fence = fence
+        self._client = client
+        self._decisions: dict[str, dict[str, Any]] | None = None
         self.owner_id = owner_id
+        self.approvals_key = keys.approvals(owner_id, unit_id)
         self.key = keys.journal(owner_id, unit_id, generation)
         self.record_key = keys.record(owner_id, unit_id)
         self.events_key = keys.events(owner_id)
@@ -44,6 +47,13 @@ class RedisJournal:
             text(k): json.loads(v) for k, v in (client.hgetall(self.key) if loaded is None else loaded).items()
         }
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
+
+    def decision(self, tool_use_id: str) -> dict[str, Any] | None:
+        """A decision on a call that waited for approval (read once per execution: decisions only arrive
+        while the unit is parked, so none can appear during the execution that reads them)."""
+        if self._decisions is None:
+            self._decisions = {text(k): json.loads(v) for k, v in self._client.hgetall(self.approvals_key).items()}
+        return self._decisions.get(tool_use_id)
 
     def recorded(self, step_id: str) -> dict[str, Any] | None:
         return self.steps.get(step_id)

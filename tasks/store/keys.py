@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 PREFIX = "baton"
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ID_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # \Z: `$` would let "id\n" through
 
 ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
 PENDING = f"{PREFIX}:pending"  # sorted set: owner with unfinished work -> last enqueued/checked; lost-message sweep
 RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
+APPROVAL_DUE = f"{PREFIX}:approvals:due"  # sorted set: [owner, unit, tool_use_id] -> when it expires (unix s)
 DELTA_TRIM = f"{PREFIX}:deltas:trim"  # sorted set: [owner, unit, since ms] -> when its live text is deleted
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
 
@@ -61,6 +62,11 @@ def journal(owner_id: str, unit_id: str, generation: int) -> str:
 def live(owner_id: str, unit_id: str, generation: int) -> str:
     """Hash: message id -> the attempts of that step that streamed text, and those discarded since."""
     return f"{base(owner_id)}:live:{unit_id}:{generation}"
+
+
+def approvals(owner_id: str, unit_id: str) -> str:
+    """Hash: tool_use_id -> the decision on a call that waited for approval (written once, never changed)."""
+    return f"{base(owner_id)}:approvals:{unit_id}"
 
 
 def round_slot(owner_id: str) -> str:

@@ -45,6 +45,7 @@ class UnitRecord(BaseModel):
     auto_resumes: int = 0
     interruptions: int = 0
     waiting_reason: str | None = None
+    approvals: list[dict[str, Any]] = Field(default_factory=list)  # calls waiting for a person: id, name, input
     resume_pending: bool = False
     history_len: int = -1  # transcript entries before this generation's own messages; -1: not started
     committed: int = 0  # this generation's messages already written to the transcript
@@ -86,6 +87,7 @@ class TurnResult(BaseModel):
     turn_id: str
     task_id: str
     status: Status
+    waiting_reason: str | None
     reply: str | None
     resumed: bool
     failure: dict[str, Any] | None
@@ -117,6 +119,7 @@ def turn_result(rec: UnitRecord) -> TurnResult:
         turn_id=rec.unit_id,
         task_id=rec.task_id,
         status=rec.status,
+        waiting_reason=rec.waiting_reason,
         reply=rec.reply,
         resumed=rec.resumed,
         failure=rec.failure.public() if rec.failure else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,10 +14,14 @@ from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration
 
+# The scripted provider's directives; none may show in what the demo's user says.
+DIRECTIVE = re.compile(r"tool:\w+\{|steps:\d|slow:\d|fail-after-tools|\bdrop\b")
+
 
 def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
     """The demo starts its own Redis and workers with no API key and passes all five scenarios; the JSON
-    verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned)."""
+    verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned). Its
+    transcripts show no scripted directive, and its coding run is drained after a finished step."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(REPO)
     out = subprocess.run(
@@ -37,6 +42,14 @@ def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
     assert not any(line.startswith("turn.failed") for line in stop)
     drain = report["scenarios"][3]["timeline"]
     assert any(line.startswith("run.interrupted") for line in drain)
+    # Drained mid-run: a tool step had finished (journaled) before the SIGTERM, and the resumed run read it back.
+    sigterm = next(i for i, line in enumerate(drain) if line.startswith("(SIGTERM"))
+    assert any(line.startswith("run.step") and "step=tool:" in line for line in drain[:sigterm])
+    resumed = next(i for i, line in enumerate(drain) if line.startswith("run.resumed"))
+    assert resumed > sigterm and drain[resumed + 1].startswith("(journal)") and "save_note" in drain[resumed + 1]
+    # The transcripts read like a conversation: the user's lines carry no directive.
+    said = [line for s in report["scenarios"] for line in s["timeline"] if line.strip().startswith("user:")]
+    assert len(said) >= 4 and not [line for line in said if DIRECTIVE.search(line)], said
 
 
 def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path, fake_api):
@@ -63,3 +76,43 @@ def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path
     assert "transcript:" in first["timeline"]
     assert any("18°C" in line for line in first["timeline"])
     assert fake_api.request_count == 2
+
+
+def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path):
+    """`baton demo --keep` prints each scenario's page link, keeps `baton serve` up after the tour (the page and
+    each scenario's transcript answer over HTTP), and stops everything on Ctrl-C (SIGINT)."""
+    import signal
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tasks.cli", "demo", "--json", "--keep"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        report = json.loads(proc.stdout.readline())  # the report is printed before the demo waits
+        pages = [s["page"] for s in report["scenarios"]]
+        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 5
+        assert [p.split("?")[1].split("=")[0] for p in pages] == ["chat", "chat", "chat", "run", "chat"]
+        base, query = pages[0].split("/?")
+        with urllib.request.urlopen(pages[0], timeout=10) as response:
+            assert response.status == 200 and "<html" in response.read().decode().lower()
+        with urllib.request.urlopen(f"{base}/api/chats/{query.split('=')[1]}/transcript", timeout=10) as response:
+            assert len(json.loads(response.read())["messages"]) >= 4
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{base}/healthz", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -296,6 +296,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         for name, data in events if fault is None else events[: fault.after_events]:
             self.wfile.write(sse.chunk(sse.encode_event(name, data)))
+            if name == "content_block_delta" and data["delta"].get("type") == "text_delta":
+                self.wfile.flush()
+                self.server.fake.text_sent.append((time.time(), data["delta"]["text"]))
             if reply.pace:
                 self.wfile.flush()
                 time.sleep(reply.pace)  # the pace of a real model's stream, not a wait for a condition
@@ -336,6 +339,8 @@ class FakeMessagesServer:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
+        # (time.time() just after the write, text) of every text delta sent: what a latency bench measures from
+        self.text_sent: list[tuple[float, str]] = []
         self._cond = threading.Condition()
         self._release = threading.Event()
         self._active: dict[socket.socket, threading.Thread] = {}

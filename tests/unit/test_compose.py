@@ -6,6 +6,7 @@ deployment relies on. When a compose binary is installed, `config -q` is run as 
 
 import os
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -244,6 +245,25 @@ def test_flower_basic_auth_from_environment(services):
     assert "/healthcheck" in " ".join(argv(flower["healthcheck"]["test"]))
 
 
+def test_flower_reads_the_shipped_config_with_retry_columns(services):
+    """Flower's --conf names the file the image copies from this repository's flowerconfig.py (so a missing copy
+    stops Flower at start), and that file's task list shows the retry count, the last exception and the args,
+    each a column Flower knows (it silently drops an unknown one)."""
+    conf = option_value(argv(services["flower"].get("command")), "--conf")
+    assert conf is not None, "flower must name its config file with --conf"
+    copies = {}
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and len(parts) == 3:
+            copies[parts[2]] = parts[1]
+    assert copies.get(conf) == "flowerconfig.py", f"the Dockerfile does not copy flowerconfig.py to {conf}"
+    columns = [c.strip() for c in runpy.run_path(str(REPO / "flowerconfig.py"))["tasks_columns"].split(",")]
+    assert {"retries", "exception", "args"} <= set(columns), columns
+    known = getattr(pytest.importorskip("flower.views.tasks"), "TASK_COLUMNS", None)
+    if known is not None:
+        assert set(columns) <= set(known), f"columns Flower does not know: {sorted(set(columns) - set(known))}"
+
+
 def test_no_service_uses_pickle(compose):
     """Nothing in the compose file (commands, environment, anchors) mentions pickle serialization."""
     offenders = [text for text in all_strings(compose) if "pickle" in text.lower()]
@@ -310,3 +330,17 @@ def test_compose_config_validates(front_end):
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_workers_can_run_the_sandbox_without_privilege(services):
+    """Workers get exactly what bubblewrap needs as an unprivileged user (namespaces, mount, a fresh /proc)
+    and nothing that would hand commands the host: no `privileged`, no added capabilities."""
+    for name, svc in worker_services(services).items():
+        assert not svc.get("privileged"), name
+        assert not svc.get("cap_add"), name
+        assert set(svc.get("security_opt") or []) == {
+            "seccomp=unconfined",
+            "apparmor=unconfined",
+            "systempaths=unconfined",
+        }, name
+        assert "BATON_SANDBOX" in env_dict(svc), name

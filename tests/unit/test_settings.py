@@ -32,6 +32,7 @@ def test_defaults_match_the_contract():
     assert s.round_max_bytes == 98304
     assert s.max_interruptions == 3
     assert s.max_rounds == 12
+    assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("bwrap", "off", None)
 
 
 def test_broker_follows_the_redis_url_unless_overridden(monkeypatch):
@@ -75,6 +76,11 @@ def test_environment_values_are_read(monkeypatch):
         ("BATON_ROUND_TTL", "ten minutes"),
         ("BATON_REDIS_URL", "localhost:6379"),
         ("BATON_BROKER_URL", "http://broker"),
+        ("BATON_SANDBOX", "docker"),
+        ("BATON_SANDBOX", "off"),
+        ("BATON_SANDBOX_NETWORK", "yes"),
+        ("BATON_SANDBOX_UID", "0"),
+        ("BATON_SANDBOX_UID", "nobody"),
     ],
 )
 def test_bad_value_names_its_variable(monkeypatch, variable, value):
@@ -85,6 +91,15 @@ def test_bad_value_names_its_variable(monkeypatch, variable, value):
     message = str(info.value)
     assert variable in message
     assert repr(value) in message
+
+
+def test_sandbox_settings_are_read(monkeypatch):
+    """BATON_SANDBOX=none and BATON_SANDBOX_NETWORK=on are accepted as written; BATON_SANDBOX_UID is a uid."""
+    monkeypatch.setenv("BATON_SANDBOX", "none")
+    monkeypatch.setenv("BATON_SANDBOX_NETWORK", "on")
+    monkeypatch.setenv("BATON_SANDBOX_UID", "65534")
+    s = load_settings()
+    assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("none", "on", 65534)
 
 
 def test_every_bad_variable_is_named(monkeypatch):
@@ -105,3 +120,15 @@ def test_current_reads_once(monkeypatch):
         assert settings_module.current() is first
     finally:
         settings_module.current.cache_clear()
+
+
+def test_the_api_token_setting_is_a_secret(monkeypatch):
+    """BATON_API_TOKEN is read from the environment, kept out of reprs, and an empty value means unset."""
+    monkeypatch.setenv("BATON_API_TOKEN", "tok-abcdef")
+    settings = load_settings()
+    assert settings.api_token is not None and settings.api_token.get_secret_value() == "tok-abcdef"
+    assert "tok-abcdef" not in repr(settings) and "tok-abcdef" not in str(settings.model_dump())
+    monkeypatch.setenv("BATON_API_TOKEN", "")
+    assert load_settings().api_token is None
+    monkeypatch.delenv("BATON_API_TOKEN")
+    assert load_settings().api_token is None and load_settings().api_ping_interval == 15

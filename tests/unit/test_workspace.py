@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -210,61 +209,104 @@ def test_symlinked_root_is_accepted(tmp_path: Path, ws: Path):
     assert (ws / "a").read_text() == "x"
 
 
-def test_run_command_runs_in_the_workspace(ws: Path):
+MODES = {"bwrap": workspace.DEFAULT_SANDBOX, "none": None}
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request: pytest.FixtureRequest) -> dict:
+    """run_command's behaviour that holds both sandboxed (the default) and with BATON_SANDBOX=none."""
+    return {"sandbox": MODES[request.param]}
+
+
+def test_run_command_runs_in_the_workspace(ws: Path, mode: dict):
     """run_command reports the exit code and output, and its working directory is the workspace root."""
-    assert call(ws, "run_command", {"command": "echo hi"}).content == "exit code 0\n--- stdout ---\nhi\n"
-    assert call(ws, "run_command", {"command": "pwd"}).content.endswith(f"\n{os.path.realpath(ws)}\n")
-    failed = call(ws, "run_command", {"command": "sh -c 'echo oops >&2; exit 3'"})
+    assert call(ws, "run_command", {"command": "echo hi"}, **mode).content == "exit code 0\n--- stdout ---\nhi\n"
+    assert call(ws, "run_command", {"command": "pwd"}, **mode).content.endswith(f"\n{os.path.realpath(ws)}\n")
+    failed = call(ws, "run_command", {"command": "sh -c 'echo oops >&2; exit 3'"}, **mode)
     assert not failed.is_error
     assert failed.content == "exit code 3\n--- stderr ---\noops\n"
 
 
 @pytest.mark.parametrize("command", ["echo hi; touch pwned", "echo hi && touch pwned", "echo $(touch pwned)"])
-def test_run_command_uses_no_shell(ws: Path, command: str):
+def test_run_command_uses_no_shell(ws: Path, command: str, mode: dict):
     """Shell syntax is passed to the program literally, so an injected second command never runs."""
-    outcome = call(ws, "run_command", {"command": command})
+    outcome = call(ws, "run_command", {"command": command}, **mode)
     assert not outcome.is_error and outcome.content.startswith("exit code 0")
     assert not (ws / "pwned").exists()
 
 
-def test_run_command_strips_secrets_from_the_environment(ws: Path, monkeypatch: pytest.MonkeyPatch):
-    """Keys, tokens, passwords in URLs and Baton's own Redis URLs never reach the command; PATH does."""
-    secrets = {
-        "ANTHROPIC_API_KEY": "sk-test-secret",
-        "ANTHROPIC_BASE_URL": "http://anthropic.internal",
-        "MY_TOKEN": "tok-123456",
-        "Db_Password": "hunter2",
-        "NPM_AUTH": "npm-auth-value",
-        "BATON_REDIS_URL": "redis://localhost:6379/0",
-        "SOME_DSN": "postgres://user:pa55word@db:5432/x",
-        "CACHE": "redis://:onlypass@cache:6379",
-    }
-    for name, value in secrets.items():
+SECRETS = {
+    "ANTHROPIC_API_KEY": "sk-test-secret",
+    "ANTHROPIC_BASE_URL": "http://anthropic.internal",
+    "MY_TOKEN": "tok-123456",
+    "Db_Password": "hunter2",
+    "NPM_AUTH": "npm-auth-value",
+    "BATON_REDIS_URL": "redis://localhost:6379/0",
+    "SOME_DSN": "postgres://user:pa55word@db:5432/x",
+    "CACHE": "redis://:onlypass@cache:6379",
+}
+
+
+def test_unconfined_run_command_strips_secrets_from_the_environment(ws: Path, monkeypatch: pytest.MonkeyPatch):
+    """BATON_SANDBOX=none: keys, tokens, passwords in URLs and Baton's Redis URLs never reach the command's own
+    environment; PATH and plain variables do."""
+    for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("KEEP_ME", "plain-value")
-    env = call(ws, "run_command", {"command": "env"}).content
-    for name, value in secrets.items():
+    env = call(ws, "run_command", {"command": "env"}, sandbox=None).content
+    for name, value in SECRETS.items():
         assert name not in env and value not in env
     assert f"PATH={os.environ['PATH']}" in env
     assert "KEEP_ME=plain-value" in env
 
 
-def test_run_command_timeout_kills_the_process_group(ws: Path):
+def test_sandboxed_environment_is_only_path_home_and_lang(ws: Path, monkeypatch: pytest.MonkeyPatch):
+    """In the sandbox the environment is rebuilt, not scrubbed: PATH, HOME (the workspace) and LANG, plus the
+    PWD a shell or env sets itself; nothing of the worker's, secret or not."""
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KEEP_ME", "plain-value")
+    out = call(ws, "run_command", {"command": "env"}).content
+    lines = out.split("--- stdout ---\n", 1)[1].splitlines()
+    env = dict(line.split("=", 1) for line in lines)
+    assert set(env) <= {"PATH", "HOME", "LANG", "PWD"}
+    assert env["PATH"] == workspace.DEFAULT_SANDBOX.path
+    assert env["HOME"] == os.path.realpath(ws) and env["LANG"] == "C.UTF-8"
+
+
+def _host_pids(argv: list[str]) -> list[int]:
+    """Host pids of live (non-zombie) processes whose command line is exactly `argv`."""
+    wanted = ("\0".join(argv) + "\0").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes() == wanted and _alive(int(entry.name)):
+                found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def _gone(argv: list[str], timeout: float = 5) -> bool:
+    """Whether every host process running `argv` is gone within `timeout` (a container's init reaps late)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _host_pids(argv):
+        time.sleep(0.05)
+    return not _host_pids(argv)
+
+
+def test_run_command_timeout_kills_everything_it_started(ws: Path, mode: dict):
     """A command past its time limit is an error result returned promptly, and its children die too."""
+    sleeper = ["sleep", "30.4711"]  # a command line no other process on the host has
     started = time.monotonic()
     outcome = call(
-        ws,
-        "run_command",
-        {"command": "sh -c 'sleep 30 & echo $! > child.pid; wait'"},
-        command_timeout=0.5,
+        ws, "run_command", {"command": f"sh -c '{shlex.join(sleeper)} & wait'"}, command_timeout=0.5, **mode
     )
     assert time.monotonic() - started < 5
     assert_refused(outcome, "timed out after 0.5 s")
-    child = int((ws / "child.pid").read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.05)
-    assert not _alive(child)
+    assert _gone(sleeper)
 
 
 def _alive(pid: int) -> bool:
@@ -276,29 +318,33 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_background_children_do_not_outlive_a_finished_command(ws: Path):
-    """A child left running in the background by a command that exits normally is killed with its group."""
-    outcome = call(ws, "run_command", {"command": "sh -c 'sleep 30 > /dev/null 2>&1 & echo $! > child.pid'"})
+def test_background_children_do_not_outlive_a_finished_command(ws: Path, mode: dict):
+    """A child left running in the background by a command that exits normally is killed with it."""
+    sleeper = ["sleep", "30.4712"]
+    outcome = call(ws, "run_command", {"command": f"sh -c '{shlex.join(sleeper)} > /dev/null 2>&1 & echo bg'"}, **mode)
     assert outcome.content.startswith("exit code 0")
-    child = int((ws / "child.pid").read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.05)
-    assert not _alive(child)
+    assert _gone(sleeper)
 
 
-def test_run_command_output_is_capped(ws: Path):
+def test_run_command_output_is_capped(ws: Path, mode: dict):
     """Output beyond output_cap is cut with a note, so one noisy command cannot flood the prompt."""
-    command = f"{shlex.quote(sys.executable)} -c \"print('x' * 5000)\""
-    outcome = call(ws, "run_command", {"command": command}, output_cap=200)
+    outcome = call(ws, "run_command", {"command": "python3 -c \"print('x' * 5000)\""}, output_cap=200, **mode)
     assert not outcome.is_error
     assert outcome.content.startswith("exit code 0\n--- stdout ---\nxxx")
     assert len(outcome.content) < 260 and "characters cut" in outcome.content
 
 
-def test_run_command_refusals(ws: Path):
+def test_huge_output_is_drained_not_held(ws: Path, mode: dict):
+    """200 MB on stdout: the worker keeps a bounded head, counts what it threw away, and the command ends."""
+    outcome = call(ws, "run_command", {"command": "head -c 200000000 /dev/zero"}, output_cap=1000, **mode)
+    assert not outcome.is_error and outcome.content.startswith("exit code 0")
+    assert len(outcome.content) < 1100 and "characters cut" in outcome.content
+    assert outcome.content.count("\0") <= 1000
+
+
+def test_run_command_refusals(ws: Path, mode: dict):
     """A missing program, an unsplittable line and an empty line are error results with a reason."""
-    assert_refused(call(ws, "run_command", {"command": "no-such-program-xyz --help"}), "command not found: ")
-    assert_refused(call(ws, "run_command", {"command": "echo 'unterminated"}), "cannot split")
-    assert_refused(call(ws, "run_command", {"command": "   "}), "empty")
-    assert_refused(call(ws, "run_command", {"command": "echo a\x00b"}), "refused")
+    assert_refused(call(ws, "run_command", {"command": "no-such-program-xyz --help"}, **mode), "command not found: ")
+    assert_refused(call(ws, "run_command", {"command": "echo 'unterminated"}, **mode), "cannot split")
+    assert_refused(call(ws, "run_command", {"command": "   "}, **mode), "empty")
+    assert_refused(call(ws, "run_command", {"command": "echo a\x00b"}, **mode), "refused")

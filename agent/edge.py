@@ -1,0 +1,51 @@
+"""What a loop step needs from outside: the `Edge` that journals steps and publishes events, and the config.
+
+`tasks` implements the Edge on Redis (the journal); unit tests use an in-memory one (agent/memory_edge.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.policy import Backoff, Driver
+
+EventDraft = tuple[str, dict[str, Any]]
+
+
+class Edge(Protocol):
+    """Where the loop's steps are journaled and its events published (Redis in `tasks`)."""
+
+    def recorded(self, step_id: str) -> dict[str, Any] | None:
+        """The journaled record of a step, if any."""
+        ...
+
+    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
+        """Journal one step and publish its events in one write."""
+        ...
+
+    def emit(self, events: list[EventDraft]) -> None:
+        """Publish events now (live progress that must not wait for the next step)."""
+        ...
+
+    def decision(self, tool_use_id: str) -> dict[str, Any] | None:
+        """A person's decision on a call that waits for approval: {"decision": "approved"|"denied", "reason"}."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    owner_id: str
+    turn_id: str
+    driver: Driver
+    model: str
+    max_rounds: int
+    retry_budget: int
+    backoff: Backoff
+    system: str | None = None
+    deadline: float | None = None  # time.monotonic() value after which a run stops with budget_exceeded
+    stop_grace: float = 1.0  # how long a stop lets a running tool finish before abandoning it
+    drain_grace: float = 2.0  # how long a drain lets a running tool settle
+    # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
+    # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
+    message_prefix: str | None = None

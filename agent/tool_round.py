@@ -1,0 +1,247 @@
+"""A tool round: each call journaled, write tools through the ledger, approvals parked, stops answered.
+
+Every call gets a result in the round's user message, whatever happens: a recorded one on replay, the
+tool's own, a denial, or a placeholder when a stop or drain abandons it. A call that waits for a person's
+approval leaves the round open: the loop raises `AwaitingApproval` once the round's other calls are done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from agent.cancel import CancelToken
+from agent.edge import Edge, EventDraft, LoopConfig
+from agent.errors import AwaitingApproval, Cancelled
+from agent.messages import (
+    DENIED_RESULT,
+    DENIED_WITH_REASON,
+    EXPIRED_RESULT,
+    INTERRUPTED_RESULT,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from agent.policy import Driver
+from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
+from agent.tools import Tool, ToolOutcome, execute
+
+
+def run_round(
+    calls: tuple[ToolUseBlock, ...],
+    state: LoopState,
+    tools: Mapping[str, Tool],
+    edge: Edge,
+    cancel: CancelToken,
+    config: LoopConfig,
+) -> list[ToolResultBlock]:
+    results: list[ToolResultBlock] = []
+    pending: list[str] = []
+    for index, call in enumerate(calls):
+        if cancel.is_set():
+            # Calls after a stop never start; the history still needs an answer for each (a journaled one keeps
+            # its recorded result).
+            results += [_recorded_or_placeholder(c, edge) for c in calls[index:]]
+            raise CancelledRound(cancel.reason or "stop", results)
+        tool = tools.get(call.name)
+        if tool is not None and tool.approval and edge.recorded(f"tool:{call.id}") is None:
+            decided = _approval(call, edge, config)
+            if decided is None:
+                pending.append(call.id)  # the round's other calls still run; it is answered once all are settled
+                continue
+            if decided["decision"] != "approved":
+                results.append(_denied_step(call, state, edge, config, decided))
+                continue
+        block = _tool_step(call, state, tools, edge, cancel, config)
+        results.append(block)
+        if block.synthesized and cancel.is_set():
+            results += [_recorded_or_placeholder(c, edge) for c in calls[index + 1 :]]
+            raise CancelledRound(cancel.reason or "stop", results)
+    if pending:
+        raise AwaitingApproval(pending)
+    return results
+
+
+def _recorded_or_placeholder(call: ToolUseBlock, edge: Edge) -> ToolResultBlock:
+    recorded = edge.recorded(f"tool:{call.id}")
+    if recorded is not None and recorded["status"] == "done":
+        return ToolResultBlock(
+            tool_use_id=call.id,
+            content=recorded["content"],
+            is_error=recorded["is_error"],
+            synthesized=recorded.get("synthesized", False),
+        )
+    return _placeholder(call.id)
+
+
+def _approval(call: ToolUseBlock, edge: Edge, config: LoopConfig) -> dict[str, Any] | None:
+    """The decision on a call that needs approval; None while it waits (asked for once, journaled)."""
+    decided = edge.decision(call.id)
+    if decided is not None:
+        return decided
+    if edge.recorded(f"approval:{call.id}") is None:
+        asked = {"turn_id": config.turn_id, "tool_use_id": call.id, "name": call.name, "input": call.input}
+        edge.record(
+            f"approval:{call.id}",
+            {"kind": "approval", "status": "requested", "name": call.name, "input": call.input},
+            [("tool.approval_requested", asked)],
+        )
+    return None
+
+
+def _denied_step(
+    call: ToolUseBlock, state: LoopState, edge: Edge, config: LoopConfig, decided: dict[str, Any]
+) -> ToolResultBlock:
+    """A denied (or expired) call: never run; the model gets the denial as an error result."""
+    block = ToolResultBlock(tool_use_id=call.id, content=denial_text(decided), is_error=True)
+    _account(state, call, "write", block, status="denied", executed=False)
+    record = {
+        "kind": "tool",
+        "status": "done",
+        "name": call.name,
+        "content": block.content,
+        "is_error": True,
+        "synthesized": False,
+        "log_status": "denied",
+    }
+    ids = {"tool_use_id": call.id, "name": call.name, "status": "denied"}
+    events: list[EventDraft] = [("tool.result", {"turn_id": config.turn_id, **ids, "is_error": True})]
+    if config.driver is Driver.CODING_RUN:
+        events.insert(0, ("run.step", {"step": f"tool:{call.id}", "kind": "tool", **ids}))
+    edge.record(f"tool:{call.id}", record, events)
+    return block
+
+
+def denial_text(decided: dict[str, Any]) -> str:
+    """The contract's words for a call that did not get to run."""
+    if decided.get("expired"):
+        return EXPIRED_RESULT
+    reason = (decided.get("reason") or "").strip()
+    return DENIED_WITH_REASON.format(reason=reason) if reason else DENIED_RESULT
+
+
+class CancelledRound(Cancelled):
+    """A cancellation that carries the results gathered so far, so the round can be closed cleanly."""
+
+    def __init__(self, reason: Any, results: list[ToolResultBlock]) -> None:
+        super().__init__(reason)
+        self.results = results
+
+
+def _placeholder(tool_use_id: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=tool_use_id, content=INTERRUPTED_RESULT, synthesized=True)
+
+
+def _tool_step(
+    call: ToolUseBlock,
+    state: LoopState,
+    tools: Mapping[str, Tool],
+    edge: Edge,
+    cancel: CancelToken,
+    config: LoopConfig,
+) -> ToolResultBlock:
+    step_id = f"tool:{call.id}"
+    tool = tools.get(call.name)
+    effect = tool.effect if tool is not None else "read"
+    recorded = edge.recorded(step_id)
+    if recorded is not None and recorded["status"] == "done":
+        block = ToolResultBlock(
+            tool_use_id=call.id,
+            content=recorded["content"],
+            is_error=recorded["is_error"],
+            synthesized=recorded.get("synthesized", False),
+        )
+        _account(state, call, effect, block, status=recorded.get("log_status", "ok"), executed=True)
+        return block
+    if tool is None:
+        outcome, status = ToolOutcome(f"unknown tool {call.name!r}", is_error=True), "error"
+    elif recorded is not None and recorded["status"] == "committing" and not tool.idempotent:
+        # The effect may or may not have happened; running it again could do it twice.
+        outcome, status = ToolOutcome(INTERRUPTED_RESULT), "interrupted"
+    elif effect == "read" and _fresh(state, call):
+        entry = state.dedup[dedup_key(call.name, call.input)]
+        outcome, status = ToolOutcome(entry.content, entry.is_error), "deduplicated"
+    else:
+        idempotency_key = f"{config.owner_id}:{call.id}"
+        if effect == "write" and recorded is None:
+            edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
+        ran = _run_cancellable(tool, call.input, idempotency_key, cancel, config)
+        if ran is None:
+            block = _placeholder(call.id)
+            _account(state, call, effect, block, status="interrupted", executed=True)
+            return block
+        outcome, status = ran, "error" if ran.is_error else "ok"
+    synthesized = status == "interrupted"
+    block = ToolResultBlock(
+        tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error, synthesized=synthesized
+    )
+    _account(state, call, effect, block, status=status, executed=status in ("ok", "error"))
+    record = {
+        "kind": "tool",
+        "status": "done",
+        "name": call.name,
+        "content": block.content,
+        "is_error": block.is_error,
+        "synthesized": synthesized,
+        "log_status": status,
+    }
+    events: list[EventDraft] = [
+        (
+            "tool.result",
+            {
+                "turn_id": config.turn_id,
+                "tool_use_id": call.id,
+                "name": call.name,
+                "status": status,
+                "is_error": block.is_error,
+            },
+        )
+    ]
+    if config.driver is Driver.CODING_RUN:
+        events.insert(0, ("run.step", {"step": step_id, "kind": "tool", "name": call.name, "status": status}))
+    edge.record(step_id, record, events)
+    return block
+
+
+def _fresh(state: LoopState, call: ToolUseBlock) -> bool:
+    entry = state.dedup.get(dedup_key(call.name, call.input))
+    return entry is not None and entry.mutations == state.mutations
+
+
+def _account(
+    state: LoopState, call: ToolUseBlock, effect: str, block: ToolResultBlock, *, status: str, executed: bool
+) -> None:
+    """The bookkeeping every path shares, so a replayed step leaves the same state as a live one."""
+    if executed:
+        state.executed.append(call.name)
+    if effect == "write" and status != "deduplicated":
+        state.mutations += 1
+    elif status in ("ok", "error"):
+        state.dedup[dedup_key(call.name, call.input)] = DedupEntry(
+            content=block.content, is_error=block.is_error, mutations=state.mutations
+        )
+    state.tool_log.append(ToolLogEntry(id=call.id, name=call.name, effect=effect, status=status))
+
+
+def _run_cancellable(
+    tool: Tool, arguments: dict[str, Any], key: str, cancel: CancelToken, config: LoopConfig
+) -> ToolOutcome | None:
+    """Run a tool in a thread; on stop or drain give it a grace period, then abandon it (None)."""
+    box: list[ToolOutcome] = []
+    settled = threading.Event()
+    woken = threading.Event()  # set by the tool finishing or by a stop/drain, whichever comes first
+
+    def target() -> None:
+        box.append(execute(tool, arguments, idempotency_key=key))
+        settled.set()
+        woken.set()
+
+    unregister = cancel.on_cancel(woken.set)
+    threading.Thread(target=target, name=f"tool:{tool.name}", daemon=True).start()
+    try:
+        woken.wait()
+        if not settled.is_set():
+            settled.wait(config.drain_grace if cancel.reason == "drain" else config.stop_grace)
+    finally:
+        unregister()
+    return box[0] if box else None

@@ -1,0 +1,121 @@
+"""The ASGI app: `create_app()` builds it (what `baton serve` runs, and what an existing app mounts).
+
+from fastapi import FastAPI
+from web.app import create_app
+
+app = FastAPI()
+app.mount("/baton", create_app())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
+
+from config.settings import Settings, load_settings
+from tasks.client import Client
+from web import errors, routes_approvals, routes_chats, routes_runs
+from web.auth import require_token
+from web.hosts import LoopbackHostOnly
+from web.stream import BLOCK_MS
+
+STATIC = Path(__file__).with_name("static")
+HEALTH_TIMEOUT = 2.0
+log = logging.getLogger("baton.web")
+
+
+def stream_store(settings: Settings) -> aioredis.Redis:
+    """The async Redis the streams read from: one connection per open stream (a blocked XREAD holds one),
+    so the pool is as large as `BATON_API_REDIS_CONNECTIONS`; a burst past it waits briefly for one."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.api_redis_connections,
+        timeout=5,
+        client_name="baton-web",
+        # redis-py 8 reads with a 5 s socket timeout by default; a stream's XREAD blocks longer than that.
+        socket_timeout=BLOCK_MS / 1000 + 10,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+def create_app(settings: Settings | None = None, client: Client | None = None) -> FastAPI:
+    """The HTTP API and the chat page. Pass `settings`/`client` to share yours; by default both come
+    from the environment. A client passed in stays yours to close; one made here is closed at shutdown."""
+    settings = settings or load_settings()
+    owns_client = client is None
+    client = client or Client(settings)
+    # Made here rather than in the lifespan: a parent app that mounts this one does not run its lifespan,
+    # and redis.asyncio connects lazily, on the first read, inside whichever loop serves it.
+    store = stream_store(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await store.aclose()
+            await store.connection_pool.disconnect()
+            if owns_client:
+                client.close()
+
+    # The schema and its docs page sit outside /api: the token rule covers every /api path, and they hold no data.
+    app = FastAPI(title="Baton", lifespan=lifespan, docs_url="/docs", openapi_url="/openapi.json")
+    app.state.settings = settings
+    app.state.client = client
+    app.state.stream_redis = store
+    errors.install(app)
+
+    for router in (routes_chats.router, routes_runs.router, routes_approvals.router):
+        app.include_router(router, dependencies=[Depends(require_token)])
+    # Last: any other /api path is a 404, but only for a caller with the token (the rule covers every /api request).
+    app.add_api_route(
+        "/api/{rest:path}",
+        no_such_path,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        dependencies=[Depends(require_token)],
+        include_in_schema=False,
+    )
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+    app.add_api_route("/", page, methods=["GET"], include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def serve_app() -> ASGIApp:
+    """What `baton serve` runs (a uvicorn factory): `create_app()` from the environment, and without a
+    token, only for requests whose Host is a loopback name (see web/hosts.py: DNS rebinding)."""
+    app = create_app()
+    return app if app.state.settings.api_token is not None else LoopbackHostOnly(app)
+
+
+async def no_such_path(rest: str) -> JSONResponse:
+    return JSONResponse({"detail": f"no such path: /api/{rest}"}, status_code=404)
+
+
+async def healthz(request: Request) -> JSONResponse:
+    """200 when Redis answers a PING within two seconds, else 503. Open without the token."""
+    store: aioredis.Redis = request.app.state.stream_redis
+    try:
+        await asyncio.wait_for(store.ping(), HEALTH_TIMEOUT)
+    except (redis.RedisError, OSError, TimeoutError) as err:
+        return JSONResponse({"status": "unavailable", "redis": type(err).__name__}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+async def page(_request: Request) -> Any:
+    """The chat page (`/?chat=ID`, `/?run=ID`, `&token=` when a token is set): a static file; it reads
+    its parameters from its own URL."""
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})

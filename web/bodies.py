@@ -1,0 +1,26 @@
+"""Request bodies. Types are checked here (strictly: no "5" for 5); content (empty text, bad ids, a
+workspace that does not exist) is checked by the client, so its messages are the ones a caller sees."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class MessageIn(_Body):
+    text: str
+
+
+class RunIn(_Body):
+    goal: str
+    workspace: str
+    run_id: str | None = None
+
+
+class DecisionIn(_Body):
+    approve: bool
+    reason: str | None = None
+    by: str | None = None  # who decided, as the caller names them (shown in the timeline)

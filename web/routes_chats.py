@@ -1,0 +1,62 @@
+"""/api/chats: send a message, read a turn, retry, stop, the transcript and the live stream.
+
+A chat exists as soon as it is named: its stream may be opened before its first message (a page opens
+it, then posts), and a chat that has no turns yet has an empty transcript rather than a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse
+
+from tasks.store import keys
+from web import deps
+from web.bodies import MessageIn
+from web.ids import check_id
+from web.stream import stream_response
+
+router = APIRouter(prefix="/api/chats")
+
+
+@router.post("/{chat_id}/messages", status_code=202)
+def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
+    """Enqueue a turn; answers as `baton send --json`."""
+    ref = client.send_message(check_id(chat_id, "chat_id"), body.text)
+    return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
+
+
+@router.get("/{chat_id}/turns/{turn_id}")
+def turn(chat_id: str, turn_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    """A turn's result now (as `baton send --wait --json`, without waiting)."""
+    return client.turn(check_id(chat_id, "chat_id"), check_id(turn_id, "turn_id")).model_dump(mode="json")
+
+
+@router.post("/{chat_id}/retry", status_code=202)
+def retry(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    """Re-run the chat's failed last turn (422 when it has none); answers as `baton retry --json`."""
+    ref = client.retry(check_id(chat_id, "chat_id"), kind="chat")
+    if hasattr(ref, "run_id"):  # the client resolved the id to a run of the same name
+        return client.run_status(ref.run_id).model_dump(mode="json")
+    return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
+
+
+@router.post("/{chat_id}/stop")
+def stop(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    """Ask the chat's running or queued turn to stop; as `baton stop --json` (`stopped` false if nothing ran)."""
+    out = client.stop(check_id(chat_id, "chat_id"), kind="chat")
+    return {"id": out["id"], "stopped": out["stopped"]}
+
+
+@router.get("/{chat_id}/transcript")
+def transcript(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    """`{"id", "messages"}`, as `baton transcript --json`."""
+    messages = client.transcript(check_id(chat_id, "chat_id"), kind="chat")
+    return {"id": chat_id, "messages": [m.model_dump(mode="json") for m in messages]}
+
+
+@router.get("/{chat_id}/stream")
+def stream(chat_id: str, request: Request) -> EventSourceResponse:
+    """The chat's live stream (SSE); resumable with Last-Event-ID or ?after=."""
+    return stream_response(request, keys.owner("chat", check_id(chat_id, "chat_id")))
