@@ -58,8 +58,9 @@ class Watcher:
         pipe.get(keys.stop(self._owner_id))
         pipe.exists(self._drain_key)
         pipe.zadd(keys.ACTIVE, {self._owner_id: time.time()})
-        self._renewed_at = time.monotonic()
+        asked = time.monotonic()
         renewed, stop, draining, _ = pipe.execute()
+        self._renewed_at = asked  # only once it went through: a failed renewal is tried again on the next beat
         if not renewed:
             self.lease_lost = True
             self._cancel.cancel("drain")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fakeredis
 import pytest
+import redis
 
 from agent.cancel import CancelToken
 from tasks.execution import watcher as watching
@@ -49,3 +50,25 @@ def test_a_stop_is_seen_on_the_next_light_poll(clock):
     clock[0] += 0.5
     watcher.tick()
     assert cancel.is_set() and cancel.reason == "stop"
+
+
+def test_a_renewal_that_failed_is_tried_again_on_the_next_beat(clock, monkeypatch):
+    """Redis unreachable at the renewal: the next beat renews again instead of waiting another third of a TTL."""
+    r = fakeredis.FakeRedis()
+    watcher, _ = _watcher(r)
+    clock[0] += 5.0
+    real = r.pipeline
+
+    def broken(*args, **kwargs):
+        pipe = real(*args, **kwargs)
+        pipe.execute = lambda: (_ for _ in ()).throw(redis.exceptions.ConnectionError("down"))
+        return pipe
+
+    monkeypatch.setattr(r, "pipeline", broken)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        watcher.tick()
+    monkeypatch.setattr(r, "pipeline", real)
+    r.pexpire(keys.lease(OWNER), 9000)
+    clock[0] += 0.5
+    watcher.tick()
+    assert r.pttl(keys.lease(OWNER)) > 14000
