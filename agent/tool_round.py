@@ -38,9 +38,9 @@ def run_round(
     results: list[ToolResultBlock] = []
     pending: list[str] = []
     for index, call in enumerate(calls):
-        if cancel.is_set():
+        if cancel.is_set() and not _journaled(call, edge):
             # Calls after a stop never start; the history still needs an answer for each (a journaled one keeps
-            # its recorded result).
+            # its recorded result). Journaled calls before that replay as usual: it is free and has no effect.
             results += [_recorded_or_placeholder(c, edge) for c in calls[index:]]
             raise CancelledRound(cancel.reason or "stop", results)
         tool = tools.get(call.name)
@@ -60,6 +60,11 @@ def run_round(
     if pending:
         raise AwaitingApproval(pending)
     return results
+
+
+def _journaled(call: ToolUseBlock, edge: Edge) -> bool:
+    recorded = edge.recorded(f"tool:{call.id}")
+    return recorded is not None and recorded["status"] == "done"
 
 
 def _recorded_or_placeholder(call: ToolUseBlock, edge: Edge) -> ToolResultBlock:

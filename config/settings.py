@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     backoff_scale: float = Field(1.0, ge=0, le=10)
     stop_grace: float = Field(1.0, ge=0, le=60)
     drain_grace: float = Field(2.0, ge=0, le=60)
+    # How long a tool call waits for a person's approval before it is denied ("approval expired").
+    approval_ttl: float = Field(86400.0, gt=0, le=365 * 24 * 3600)
     # How long a settled unit's live text (its text.delta entries) stays readable before it is deleted.
     live_text_retention: float = Field(120.0, ge=0, le=7 * 24 * 3600)
     log_json: bool = False

@@ -24,6 +24,15 @@ from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 
 Kind = Literal["chat", "run"]
 
+# KEYS: record, PENDING. ARGV: owner id, now. Only a unit still parked for approval is woken.
+_WAKE = """
+if redis.call('HGET', KEYS[1], 'status') ~= '"waiting"' or redis.call('HGET', KEYS[1], 'waiting_reason') ~= '"approval"'
+then return 0 end
+redis.call('HSET', KEYS[1], 'status', '"queued"', 'waiting_reason', 'null', 'updated_at', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
 
 class ValidationError(ValueError):
     """Bad input, refused before anything is enqueued."""
@@ -138,7 +147,8 @@ class Client:
         return turn_result(rec)
 
     def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
-        """Block until the turn or run ends (awaiting its events, not polling blindly) or the timeout."""
+        """Block until the turn or run ends or waits for an approval (awaiting its events, not polling
+        blindly), or the timeout passes."""
         if isinstance(ref, RunRef):
             owner, unit = keys.owner("run", ref.run_id), ref.run_id
         else:
@@ -149,7 +159,9 @@ class Client:
             rec = load_record(self.redis, owner, unit)  # the record is the truth; events only wake us
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
-            if rec.terminal or time.monotonic() >= deadline:
+            # A unit parked for approval waits for a person, not for us: hand it back to the caller to decide.
+            parked = rec.status == "waiting" and rec.waiting_reason == "approval"
+            if rec.terminal or parked or time.monotonic() >= deadline:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
             found = self.redis.xread({keys.events(owner): last_id}, block=block_ms, count=100)
@@ -198,7 +210,18 @@ class Client:
         if rec.terminal:
             return {"id": ident, "stopped": False, "message": f"already {rec.status}"}
         self.redis.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
+        if rec.status == "waiting" and rec.waiting_reason == "approval" and self._wake_parked(rec):
+            # A parked unit holds no worker to see the flag: it is started to stop (its journaled rounds replay).
+            self._send(rec)
         return {"id": ident, "stopped": True, "message": f"stop requested for {rec.unit_id}"}
+
+    def _wake_parked(self, rec: UnitRecord) -> bool:
+        """Move a unit parked for approval back to `queued` (once: a decision racing this sees it is not waiting)."""
+        record = keys.record(rec.owner_id, rec.unit_id)
+        woke = self.redis.eval(
+            _WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())
+        )
+        return bool(woke)
 
     def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""

@@ -61,8 +61,8 @@ class Stack:
         if fake_api is not None:
             self.env["ANTHROPIC_BASE_URL"] = fake_api.url
 
-    def worker(self, name: str = "w1", **env: str) -> Worker:
-        worker = Worker(name, {**self.env, **env}, self.tmp_path)
+    def worker(self, name: str = "w1", *, concurrency: int = 2, **env: str) -> Worker:
+        worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency)
         self.workers.append(worker)
         return worker.start()
 

@@ -9,16 +9,21 @@ from typing import Any
 from agent.messages import Message, NoticeBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 
+def _needs_approval(result: Any) -> bool:
+    # `--wait` returns when the unit waits for a person: that is not a failure, it is the caller's turn.
+    return bool(result.status == "waiting" and result.waiting_reason == "approval")
+
+
 def turn_exit(result: Any, waited: bool) -> int:
     if not waited:
         return 0
-    return 0 if result.status == "completed" else 1
+    return 0 if result.status == "completed" or _needs_approval(result) else 1
 
 
 def run_exit(status: Any, waited: bool) -> int:
     if not waited:
         return 0 if status.status not in ("failed", "stopped") else 1
-    return 0 if status.status == "completed" else 1
+    return 0 if status.status == "completed" or _needs_approval(status) else 1
 
 
 def render_turn(result: Any) -> str:

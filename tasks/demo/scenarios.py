@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -129,6 +130,8 @@ def run_demo(
                 report(scenarios)
             if keep:
                 out(f"\nThe stack and the page stay up: {page}/ (Ctrl-C to stop everything).")
+                # SIGTERM (a closed terminal, `kill`) must stop what the demo started as Ctrl-C does.
+                signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
                 with contextlib.suppress(KeyboardInterrupt):
                     threading.Event().wait()
             return scenarios

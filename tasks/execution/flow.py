@@ -16,7 +16,7 @@ import redis
 
 from agent.cancel import CancelToken
 from agent.edge import LoopConfig
-from agent.errors import Cancelled, LeaseLost
+from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.failures import classify
 from agent.loop import LoopFailure, run_loop
 from agent.messages import (
@@ -196,9 +196,6 @@ class Execution(Settling):
         )
         start.add("ZADD", keys.ACTIVE, str(now), unit.owner_id)  # alive, for the lost-worker sweep
         self.fence.commit(start)
-        if loaded.stop in (unit.unit_id, "*"):
-            return self._settle_stopped(rec, LoopState())
-
         journal = RedisJournal(
             self.client,
             self.fence,
@@ -207,6 +204,12 @@ class Execution(Settling):
             generation=rec.generation,
             loaded=loaded.journal,
         )
+        if loaded.stop in (unit.unit_id, "*"):  # read with the lease (the watcher has cancelled already)
+            if not journal.steps:
+                return self._settle_stopped(rec, LoopState())
+            # Stopped with journaled rounds (parked for approval, or waiting after a drain): replay them, so the
+            # transcript keeps what ran, and stop at the first step that is not journaled.
+            self.cancel.cancel("stop")
         # A new generation (a retry, an auto-resume) starts an empty journal; the run's step count goes on.
         journal.done_steps = max(journal.done_steps, rec.steps)
         self.live = RedisLiveText(
@@ -241,6 +244,8 @@ class Execution(Settling):
             return self._interrupted(rec, state, "platform_deploy")
         except (RequestFailed, LoopFailure) as err:
             return self._failed(rec, state, err)
+        except AwaitingApproval as waiting:
+            return self._park(rec, state, waiting.pending)
         return self._settle(rec, state, "completed", None)
 
     def _config(self, rec: UnitRecord) -> LoopConfig:

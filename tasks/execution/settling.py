@@ -23,6 +23,7 @@ from agent.rounds import build_round
 from agent.state import LoopState, tool_summary
 from tasks.execution import wiring
 from tasks.store import keys
+from tasks.store.approvals import due_member
 from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
@@ -154,6 +155,7 @@ class Settling:
                 "usage": usage.model_dump(),
                 "resumed": rec.resumed,
                 "waiting_reason": None,
+                "approvals": [],
                 "updated_at": time.time(),
             },
         )
@@ -258,6 +260,30 @@ class Settling:
             notes.append(notice("tool_summary", summary, unit.unit_id))
         notes.append(notice("error", f"Failed ({failure_class}): {err}", unit.unit_id))
         return self._settle(rec, state, "failed", failure, extra=notes, round_raw=round_raw)
+
+    def _park(self, rec: UnitRecord, state: LoopState, pending: list[str]) -> Outcome:
+        """Calls wait for a person: the unit settles in `waiting` and its task ends, holding no worker and no
+        lease. Its journal stays: a decision puts it back in the queue, and any worker replays it from there."""
+        unit = self.unit
+        asked = {b.id: b for m in state.messages if m.role == "assistant" for b in m.tool_uses}
+        calls: list[dict[str, object]] = [
+            {"tool_use_id": i, "name": asked[i].name, "input": asked[i].input} for i in pending if i in asked
+        ]
+        due = time.time() + self.settings.approval_ttl
+        log.info("%s %s waiting for approval of %s", unit.event_prefix, unit.unit_id, ", ".join(pending))
+        batch = Batch()
+        batch.hset(
+            unit.record_key,
+            {"status": "waiting", "waiting_reason": "approval", "approvals": calls, "updated_at": time.time()},
+        )
+        for tool_use_id in pending:
+            # NX: a unit that parks again (a replay before every call was decided) keeps each call's first deadline.
+            member = due_member(unit.owner_id, unit.unit_id, tool_use_id)
+            batch.add("ZADD", keys.APPROVAL_DUE, "NX", repr(due), member)
+        batch.add("DEL", keys.lease(unit.owner_id))
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)
+        self.fence.commit(batch)
+        return Outcome("done", "waiting")
 
     def _interrupted(self, rec: UnitRecord, state: LoopState, cause: str) -> Outcome:
         """A drain: count it durably, tell the owner, and requeue, or fail past the limit."""

@@ -24,8 +24,9 @@ from agent import commands
 from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
 from tasks.app import app, settings
 from tasks.execution import wiring
+from tasks.runtime.approval_expiry import expire_approvals
 from tasks.runtime.live_trim import trim_live_text
-from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
 from tasks.store import keys
 
 log = logging.getLogger("baton.drain")
@@ -64,6 +65,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
                 trim_live_text(client, time.time())
+                for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
+                    log.info("approval of %s expired: denied", tool_use_id)
                 if broker is not None and time.monotonic() >= next_lost_check:
                     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
                     for owner_id in sweep_lost_messages(client, broker, app, settings):

@@ -95,7 +95,7 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitReco
         data.update({"attempt": verdict.attempt, "max_attempts": verdict.max_attempts})
     pipe.xadd(keys.events(rec.owner_id), {"e": encode_event(kind, rec.owner_id, {**ids, **data})})
     pipe.execute()
-    _publish(app, settings, rec)
+    publish(app, settings, rec)
     return True
 
 
@@ -103,10 +103,10 @@ def _hand_off(client: redis.Redis, app: Celery, settings: Settings, owner_id: st
     """A turn the sweep gave up on left its chat's queue: start the next turn, as a settle would."""
     nxt = chat_head_record(client, owner_id)
     if nxt is not None and nxt.status != "running":
-        _publish(app, settings, nxt)
+        publish(app, settings, nxt)
 
 
-def _publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
+def publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
     """Send the unit's task again, under its current task id (so a duplicate copy is recognisably the same)."""
     name, args = (
         ("baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id])
@@ -156,8 +156,9 @@ def sweep_lost_messages(
         kind, _, ident = owner_id.partition(":")
         unit_id = chat_head(client, owner_id) if kind == "chat" else ident
         rec = load_record(client, owner_id, unit_id) if unit_id else None
-        if rec is None or rec.terminal:
-            client.eval(_FORGET, 1, keys.PENDING, owner_id, score)  # nothing left to start
+        if rec is None or rec.terminal or (rec.status == "waiting" and rec.waiting_reason == "approval"):
+            # Nothing left to start (parked for approval: the decision that settles it enqueues it again).
+            client.eval(_FORGET, 1, keys.PENDING, owner_id, score)
             continue
         client.zadd(keys.PENDING, {owner_id: now}, xx=True)  # checked: next look one period from now
         if rec.status == "running" or client.exists(keys.lease(owner_id)):
@@ -168,6 +169,6 @@ def sweep_lost_messages(
             continue  # queued, or held by a worker (a dead one's comes back after the visibility timeout)
         if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):
             continue  # another worker's sweeper has it
-        _publish(app, settings, rec)
+        publish(app, settings, rec)
         republished.append(owner_id)
     return republished

@@ -80,7 +80,7 @@ def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path
 
 def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path):
     """`baton demo --keep` prints each scenario's page link, keeps `baton serve` up after the tour (the page and
-    each scenario's transcript answer over HTTP), and stops everything on Ctrl-C (SIGINT)."""
+    each scenario's transcript answer over HTTP), and stops everything on SIGTERM as on Ctrl-C."""
     import signal
     import urllib.request
 
@@ -105,7 +105,7 @@ def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path
             assert response.status == 200 and "<html" in response.read().decode().lower()
         with urllib.request.urlopen(f"{base}/api/chats/{query.split('=')[1]}/transcript", timeout=10) as response:
             assert len(json.loads(response.read())["messages"]) >= 4
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # turned into the Ctrl-C path, which stops the stack it started
         assert proc.wait(60) == 0
         with pytest.raises(OSError):
             urllib.request.urlopen(f"{base}/healthz", timeout=2)

@@ -58,4 +58,11 @@ def blocking_write(note: str) -> str:
     return f"wrote {note!r} (call {n})"
 
 
-TOOLS = [lookup, record_note, blocking_write]
+@tool(effect="write", approval=True)
+def deploy(env: str) -> str:
+    """Deploy to an environment: waits for a person's approval first (counts its calls)."""
+    n = _count("deploy", env)
+    return f"deployed to {env} (call {n})"
+
+
+TOOLS = [lookup, record_note, blocking_write, deploy]
