@@ -7,11 +7,13 @@ marks what it synthesizes (`ToolResultBlock.synthesized`), so a repaired history
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from agent.messages import (
     INTERRUPTED_RESULT,
     Message,
     ToolResultBlock,
+    to_api,
 )
 
 Pass = Callable[[list[Message]], list[Message]]
@@ -163,6 +165,62 @@ def repair(messages: list[Message]) -> list[Message]:
     for step in PASSES:
         messages = step(messages)
     return messages
+
+
+class RequestHistory:
+    """`to_api(repair(messages))` for a loop's growing history, paying for the whole only when it must.
+
+    Each round of a loop appends the same shape: an assistant message with tool calls, then a user message
+    answering exactly those calls. After a repaired history whose last model message is the user's, such a
+    pair goes through every pass unchanged (no result to move or drop, no call left dangling before it or
+    in it, no two roles to merge), and the passes never change an earlier message because of a later one
+    of this shape; so the repaired history and its API form just grow by the pair. Anything else (the
+    first request, a seeded or resumed state) is repaired whole. Without this, a run of N rounds repaired
+    and converted N growing histories: quadratic in its length.
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []
+        self._repaired: list[Message] = []
+        self._api: list[dict[str, Any]] = []
+
+    def api(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The request's messages: equal to `to_api(repair(messages))`."""
+        n = len(self._seen)
+        if (
+            n
+            and len(messages) == n + 2
+            and all(a is b for a, b in zip(self._seen, messages, strict=False))
+            and _ends_with_user(self._repaired)
+            and _answered_round(messages[-2], messages[-1])
+        ):
+            self._repaired.extend(messages[-2:])
+            self._api.extend(to_api(messages[-2:]))
+        else:
+            self._repaired = list(repair(messages))
+            self._api = to_api(self._repaired)
+        self._seen = list(messages)
+        return list(self._api)
+
+
+def _ends_with_user(messages: list[Message]) -> bool:
+    last = next((m for m in reversed(messages) if m.role != "notice"), None)
+    return last is not None and last.role == "user"
+
+
+def _answered_round(ask: Message, answer: Message) -> bool:
+    """An assistant message with tool calls, then a user message of results for exactly those calls, once each."""
+    if ask.role != "assistant" or answer.role != "user" or not answer.content:
+        return False
+    calls = [b.id for b in ask.tool_uses]
+    results = [b.tool_use_id for b in answer.content if isinstance(b, ToolResultBlock)]
+    return (
+        bool(calls)
+        and len(results) == len(answer.content)
+        and len(set(calls)) == len(calls)
+        and len(set(results)) == len(results)
+        and set(results) == set(calls)
+    )
 
 
 def problems(messages: list[Message]) -> list[str]:

@@ -9,11 +9,13 @@ the middle of one is known and never blindly repeated.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from agent.cancel import CancelToken
 from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
 from agent.errors import Cancelled
 from agent.failures import FailureClass
+from agent.history import RequestHistory
 from agent.live import LiveText, NoLiveText
 from agent.messages import Message, TextBlock, ToolResultBlock
 from agent.model_step import answer_from_record, model_step, step_message_id
@@ -31,7 +33,7 @@ def run_loop(
     state: LoopState,
     *,
     provider: Provider,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
@@ -40,11 +42,12 @@ def run_loop(
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
     tool_specs = [t.to_api() for t in tools.values()]
     live = live or NoLiveText()
+    view = RequestHistory()  # the request's history, grown round by round instead of rebuilt
     while True:
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = model_step(history, state, provider, tool_specs, edge, cancel, config, live)
+        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))

@@ -16,9 +16,9 @@ from agent.cancel import CancelToken
 from agent.context import Fit, choose_cut, compaction_for, fit_at
 from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
 from agent.failures import FailureClass, overflow_in
-from agent.history import repair
+from agent.history import RequestHistory
 from agent.live import LiveText
-from agent.messages import Message, TextBlock, ToolUseBlock, to_api
+from agent.messages import Message, TextBlock, ToolUseBlock
 from agent.policy import Driver
 from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
@@ -30,6 +30,7 @@ log = logging.getLogger("baton.loop")
 
 def model_step(
     history: list[Message],
+    view: RequestHistory,
     state: LoopState,
     provider: Provider,
     tool_specs: list[dict[str, Any]],
@@ -52,7 +53,9 @@ def model_step(
         return answer
     message_id = step_message_id(config, state)
     shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
-    messages = to_api(repair([*history, *state.messages]))
+    # Wire form, unmarked and unelided: the cache marks and the cut are applied to copies (agent/request.py),
+    # so the view's dicts, shared from step to step, are never changed.
+    messages = view.api([*history, *state.messages])
     compact_id = f"compact:{state.rounds_used}"
     compacted = edge.recorded(compact_id)
     if compacted is not None:  # an earlier execution compacted this step: send what it sent

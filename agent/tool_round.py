@@ -8,6 +8,7 @@ approval leaves the round open: the loop raises `AwaitingApproval` once the roun
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from agent.cancel import CancelToken
@@ -30,7 +31,7 @@ from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 def run_round(
     calls: tuple[ToolUseBlock, ...],
     state: LoopState,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,
@@ -140,7 +141,7 @@ def _placeholder(tool_use_id: str) -> ToolResultBlock:
 def _tool_step(
     call: ToolUseBlock,
     state: LoopState,
-    tools: dict[str, Tool],
+    tools: Mapping[str, Tool],
     edge: Edge,
     cancel: CancelToken,
     config: LoopConfig,

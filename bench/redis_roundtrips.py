@@ -31,6 +31,8 @@ from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, new_token
 
 K = 20  # turns per arm
+SLOW_TURNS = 4
+SLOW_SECONDS = 3.0
 TOOL_TEXT = " ".join(f'tool:peek{{"key":"k{i}"}}' for i in range(3))
 PLAIN_TEXT = "hello, no tools please"
 FENCED = ("evalsha", "eval")
@@ -204,6 +206,8 @@ def main(k: int = K) -> list[Row]:
         zero = measure(r, send_turns(client, r, f"r0-{stamp}", PLAIN_TEXT, k))
         three = measure(r, send_turns(client, r, f"r3-{stamp}", TOOL_TEXT, k))
         pings = measure(r, send_pings(client, r, stack.queue, k))
+        # Turns that wait on their provider: what the watcher's beat (stop/drain looks, lease renewals) adds.
+        slow = measure(r, send_turns(client, r, f"slow-{stamp}", f"slow:{SLOW_SECONDS:g} {PLAIN_TEXT}", SLOW_TURNS))
 
         def worker_side(m: Measure, send: Measure) -> float:
             """Commands per unit caused by the worker: minus our polls, our sends and idle traffic."""
@@ -211,6 +215,9 @@ def main(k: int = K) -> list[Row]:
             return (m.total - m.polls - sends - idle_rate * m.seconds) / k
 
         per_turn0 = worker_side(zero, send_turn_cost)
+        sends_per_turn = (send_turn_cost.total - idle_rate * send_turn_cost.seconds) / k
+        per_slow = (slow.total - slow.polls - idle_rate * slow.seconds) / SLOW_TURNS - sends_per_turn
+        beat_per_s = (per_slow - per_turn0) / SLOW_SECONDS
         per_turn3 = worker_side(three, send_turn_cost)
         per_ping = worker_side(pings, send_ping_cost)
         per_round = (per_turn3 - per_turn0) / 3
@@ -224,6 +231,23 @@ def main(k: int = K) -> list[Row]:
             if three.commands.get(c, 0) != zero.commands.get(c, 0)
         }
 
+        # Per turn with no tool round, by command: the worker's share (our sends, our status polls, which are
+        # HGETs, and the idle traffic taken out as above).
+        per_turn0_by_command = {
+            c: round(v, 2)
+            for c in sorted(zero.commands)
+            if abs(
+                v := (
+                    zero.commands.get(c, 0)
+                    - send_turn_cost.commands.get(c, 0)
+                    - (zero.polls if c == "hget" else 0)
+                    - idle.get(c, 0) / 3.0 * (zero.seconds + send_turn_cost.seconds)
+                )
+                / k
+            )
+            >= 0.05
+        }
+
         round_writes = _drain(sub)
         r.set(keys.round_slot(keys.owner("chat", "bench-control")), "x", px=60_000)
         control = _drain(sub)
@@ -234,7 +258,10 @@ def main(k: int = K) -> list[Row]:
     print(f"  worker commands per turn: 0 rounds {fmt(per_turn0)}, 3 rounds {fmt(per_turn3)}; "
           f"per bare ping {fmt(per_ping)}", flush=True)
     print(f"  per tool round, by command: {json.dumps(by_command)}", flush=True)
+    print(f"  per turn with 0 tool rounds, by command: {json.dumps(per_turn0_by_command)}", flush=True)
     print(f"  fenced writes per turn: 0 rounds {fmt(fenced0)}, 3 rounds {fmt(fenced3)}", flush=True)
+    print(f"  a turn waiting {SLOW_SECONDS:g} s on its provider: {fmt(per_slow)} commands; the watcher's beat "
+          f"{fmt(beat_per_s)} commands per second of waiting", flush=True)
     print(f"  one RedisJournal.record: {fmt(journal.round_trips)} round trip(s); server-side commands "
           f"{json.dumps(journal.breakdown)} (commandstats counts the commands run inside a Lua script)", flush=True)
     print(f"  round-slot notifications: {round_writes or 'none'}; control write seen: {control}", flush=True)
@@ -250,6 +277,8 @@ def main(k: int = K) -> list[Row]:
                                                                                                   at_most=2)),
         Row("Redis commands per turn, 0 tool rounds (worker)", per_turn0, "commands", "—", "info"),
         Row("Redis commands per bare ping (worker)", per_ping, "commands", "—", "info"),
+        Row("Redis commands per turn, 0 tool rounds ÷ bare ping", per_turn0 / per_ping, "x", "—", "info"),
+        Row("watcher beat while a turn waits on its provider", beat_per_s, "commands/s", "—", "info"),
         Row("Redis round trips per journaled step (RedisJournal.record)", journal.round_trips, "round trips", "1",
             judge(journal.round_trips, at_most=1)),
         Row("  server-side commands per journaled step (EVALSHA + inside it)", journal.server_commands, "commands",

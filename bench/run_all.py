@@ -24,6 +24,7 @@ from bench._common import Row, fmt
 from tasks.demo.embedded_redis import find_redis_server
 
 SCRIPTS = [
+    "naive_loop",
     "turn_latency",
     "redis_roundtrips",
     "throughput",
@@ -33,6 +34,7 @@ SCRIPTS = [
     "sandbox",
     "web_streams",
     "live_text",
+    "growth",
     "prompt_cache",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")

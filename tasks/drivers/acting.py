@@ -8,7 +8,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore, Reject
 
-from tasks.execution.flow import Outcome
+from tasks.execution.settling import HandOff, Outcome
 
 log = logging.getLogger("baton.tasks")
 
@@ -24,6 +24,8 @@ class AutoResume(Exception):
 def act(task: Task, outcome: Outcome) -> dict[str, Any]:
     """Return the result, or requeue, defer or drop the message as the outcome says."""
     if outcome.action == "done":
+        if outcome.hand_off is not None:
+            hand_off(task, outcome.hand_off)
         return {"status": outcome.reason}
     if outcome.action == "drop":
         log.info("dropping message %s: %s", task.request.id, outcome.reason)
@@ -36,6 +38,14 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
         raise Ignore()
     exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
     raise task.retry(countdown=outcome.countdown, exc=exc, max_retries=None)
+
+
+def hand_off(task: Task, nxt: HandOff) -> None:
+    """Start the chat's next turn, right after this one's settle; if this fails, the lost-message sweep does."""
+    try:
+        task.apply_async(args=list(nxt.args), task_id=nxt.task_id)
+    except Exception:
+        log.warning("could not start the next turn %s; the sweep will", nxt.args, exc_info=True)
 
 
 def reject_invalid(task: Task, problem: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import redis
 
@@ -28,6 +30,7 @@ from agent.policy import Driver
 from agent.provider.replay import RequestFailed
 from agent.rounds import load_round, seed_state, usable_round
 from agent.state import LoopState, Usage
+from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.live import RedisLiveText
@@ -37,10 +40,22 @@ from tasks.runtime import logs
 from tasks.store.fenced import Batch, Fence
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
-from tasks.store.reads import chat_head, keys, load_record, load_transcript
+from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
+from tasks.store.replies import text_or_none
 
 log = logging.getLogger("baton.execution")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What an execution read with its lease: the stop and drain flags, its journal, live marks, history."""
+
+    stop: str | None
+    draining: bool
+    journal: dict[bytes | str, bytes | str]
+    live: dict[bytes | str, bytes | str]
+    transcript: list[bytes | str]
 
 
 class Execution(Settling):
@@ -60,7 +75,13 @@ class Execution(Settling):
         if unit.driver is Driver.CHAT_TURN:
             ids["turn_id"] = unit.unit_id
         logs.context.set(ids)
-        rec = load_record(client, unit.owner_id, unit.unit_id)
+        # One round trip for the record and the chat's queue head (the head's record is the one just read).
+        pipe = client.pipeline(transaction=False)
+        pipe.hgetall(unit.record_key)
+        if unit.driver is Driver.CHAT_TURN:
+            pipe.lindex(keys.queue(unit.owner_id), 0)
+        replies = pipe.execute()
+        rec = UnitRecord.from_hash(replies[0])
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -69,22 +90,32 @@ class Execution(Settling):
             return Outcome("drop", "unknown unit")
         if rec.terminal:
             return Outcome("done", "already finished")
-        if unit.driver is Driver.CHAT_TURN and chat_head(client, unit.owner_id) != unit.unit_id:
-            return Outcome("defer", "an earlier turn of this chat is unfinished", 0.2)
+        # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
+        if (
+            unit.driver is Driver.CHAT_TURN
+            and text_or_none(replies[1]) != unit.unit_id
+            and chat_head(client, unit.owner_id) != unit.unit_id
+        ):
+            # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
+            return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
         lease = Lease(
             client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        if not lease.acquire():
+        loaded = self._take_lease(rec, lease)
+        if loaded is None:
             if holder_unit(lease.holder()) == unit.unit_id:
                 return Outcome("drop", "a live execution of this unit holds its lease")
+            # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
+            # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
             return Outcome("defer", "another unit of this owner holds the lease", 0.2)
         self.fence = Fence(client, lease.key, lease.token)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )
         try:
-            watcher.start()
-            return self._execute(rec, lease)
+            watcher.seen(stop=loaded.stop, draining=loaded.draining)  # what its first poll would have read
+            watcher.start(poll=False)
+            return self._execute(rec, loaded)
         except LeaseLost:
             log.warning("lease lost for %s; a newer execution owns it, stopping without writing", unit.owner_id)
             return Outcome("drop", "lease lost")
@@ -109,14 +140,41 @@ class Execution(Settling):
 
     # -- the steps -------------------------------------------------------------------------------
 
-    def _execute(self, rec: UnitRecord, lease: Lease) -> Outcome:
-        unit, client, settings = self.unit, self.client, self.settings
+    def _take_lease(self, rec: UnitRecord, lease: Lease) -> Loaded | None:
+        """Take the lease and, in the same round trip, read what the execution starts from (None: not taken).
+
+        The reads run after the SET on the same connection, so once the lease is ours they see every write of
+        the previous holder (its writes are fenced, so none can land after we hold the lease).
+        """
+        unit = self.unit
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(lease.key, lease.token, nx=True, px=lease.ttl_ms)
+        pipe.get(keys.stop(unit.owner_id))
+        pipe.exists(keys.drain(self.hostname))
+        # A started generation reads its history up to its own messages; a new one reads all of it.
+        pipe.lrange(keys.transcript(unit.owner_id), 0, rec.history_len - 1 if rec.history_len >= 0 else -1)
+        started = rec.history_len >= 0
+        if started:
+            # Only a generation whose start was committed can have journaled steps or streamed text.
+            pipe.hgetall(keys.journal(unit.owner_id, unit.unit_id, rec.generation))
+            pipe.hgetall(keys.live(unit.owner_id, unit.unit_id, rec.generation))
+        acquired, stop, draining, transcript, *rest = pipe.execute()
+        if not acquired:
+            return None
+        journal, live = rest if started else ({}, {})
+        return Loaded(text_or_none(stop), bool(draining), journal, live, transcript)
+
+    def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
+        unit, settings = self.unit, self.settings
         now = time.time()
         start = Batch()
+        history = parse_transcript(loaded.transcript)
         if rec.history_len < 0:
-            length = client.llen(keys.transcript(unit.owner_id))
+            length = len(loaded.transcript)
             if rec.generation == 0:
-                start.add("RPUSH", keys.transcript(unit.owner_id), dump_message(user_text(rec.text, unit.unit_id)))
+                raw = dump_message(user_text(rec.text, unit.unit_id))
+                start.add("RPUSH", keys.transcript(unit.owner_id), raw)
+                history += parse_transcript([raw])
                 length += 1
             rec.history_len = length
             self._event(start, f"{unit.event_prefix}.started", {"generation": rec.generation})
@@ -137,11 +195,17 @@ class Execution(Settling):
                 "updated_at": now,
             },
         )
+        start.add("ZADD", keys.ACTIVE, str(now), unit.owner_id)  # alive, for the lost-worker sweep
         self.fence.commit(start)
         journal = RedisJournal(
-            client, self.fence, owner_id=unit.owner_id, unit_id=unit.unit_id, generation=rec.generation
+            self.client,
+            self.fence,
+            owner_id=unit.owner_id,
+            unit_id=unit.unit_id,
+            generation=rec.generation,
+            loaded=loaded.journal,
         )
-        if client.get(keys.stop(unit.owner_id)) in (unit.unit_id.encode(), b"*"):
+        if loaded.stop in (unit.unit_id, "*"):  # read with the lease (the watcher has cancelled already)
             if not journal.steps:
                 return self._settle_stopped(rec, LoopState())
             # Stopped with journaled rounds (parked for approval, or waiting after a drain): replay them, so the
@@ -150,12 +214,16 @@ class Execution(Settling):
         # A new generation (a retry, an auto-resume) starts an empty journal; the run's step count goes on.
         journal.done_steps = max(journal.done_steps, rec.steps)
         self.live = RedisLiveText(
-            client, self.fence, owner_id=unit.owner_id, unit_id=unit.unit_id, generation=rec.generation
+            self.client,
+            self.fence,
+            owner_id=unit.owner_id,
+            unit_id=unit.unit_id,
+            generation=rec.generation,
+            loaded=loaded.live,
         )
         state = self._seed(rec, journal)
-        history = load_transcript(client, unit.owner_id, rec.history_len - 1)
         config = self._config(rec)
-        tools = (
+        tools: Mapping[str, Tool] = (
             wiring.chat_tools(settings)
             if unit.driver is Driver.CHAT_TURN
             else wiring.run_tools(settings, rec.workspace or ".")
@@ -164,7 +232,7 @@ class Execution(Settling):
             run_loop(
                 history,
                 state,
-                provider=wiring.build_provider(settings, client),
+                provider=wiring.build_provider(settings, self.client),
                 tools=tools,
                 edge=journal,
                 cancel=self.cancel,

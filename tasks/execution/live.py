@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import redis
 
@@ -43,7 +43,9 @@ class RedisLiveText:
         unit_id: str,
         generation: int,
         clock: Callable[[], float] = time.monotonic,
+        loaded: Mapping[bytes | str, bytes | str] | None = None,
     ) -> None:
+        """`loaded`: the attempt marks as already read (with the lease, in the same round trip); else read lazily."""
         self._client = client
         self._fence = fence
         self._owner_id = owner_id
@@ -56,6 +58,8 @@ class RedisLiveText:
         self._pending_chars = 0
         self._next_index: dict[tuple[str, int], int] = {}
         self._attempts: dict[str, dict[str, int]] | None = None  # message id -> {"started", "discarded"}
+        if loaded is not None:
+            self._attempts = _marks(loaded)
         self._dirty: set[str] = set()
         self._in_flight: tuple[str, int] | None = None
         self._last_flush = float("-inf")
@@ -127,10 +131,7 @@ class RedisLiveText:
 
     def _load(self) -> dict[str, dict[str, int]]:
         if self._attempts is None:
-            raw = self._client.hgetall(self._key)
-            self._attempts = {
-                (k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()
-            }
+            self._attempts = _marks(self._client.hgetall(self._key))
         return self._attempts
 
     def _take(self) -> Batch:
@@ -173,3 +174,7 @@ class RedisLiveText:
             except (LeaseLost, redis.RedisError) as err:
                 # The execution's own next write meets the same error and settles accordingly.
                 log.debug("live text not written: %s", err)
+
+
+def _marks(raw: Mapping[bytes | str, bytes | str]) -> dict[str, dict[str, int]]:
+    return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}

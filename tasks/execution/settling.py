@@ -25,6 +25,7 @@ from tasks.execution import wiring
 from tasks.store import keys
 from tasks.store.approvals import due_member
 from tasks.store.fenced import Batch
+from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
 
 log = logging.getLogger("baton.execution")
@@ -38,12 +39,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class HandOff:
+    """The next turn of a chat, which the settle of the turn before it starts: its task's args and id."""
+
+    args: tuple[str, ...]
+    task_id: str
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What the Celery task should do with its message."""
+    """What the Celery task should do with its message (and, after a chat turn's settle, whom to start)."""
 
     action: Literal["done", "defer", "drop", "requeue", "auto_resume"]
     reason: str = ""
     countdown: float = 0.0
+    hand_off: HandOff | None = None
 
 
 @dataclass(frozen=True)
@@ -98,8 +108,7 @@ class Settling:
         since_ms = int(max(0.0, rec.created_at - 60) * 1000)  # a minute's slack for the clocks of client and Redis
         due = time.time() + self.settings.live_text_retention
         batch.add("ZADD", keys.DELTA_TRIM, str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
-        if self.client.get(keys.stop(owner)) in (self.unit.unit_id.encode(), b"*"):
-            batch.add("DEL", keys.stop(owner))
+        batch.delete_if(keys.stop(owner), self.unit.unit_id, "*")  # a stop for this unit is spent
         if self.unit.driver is Driver.CHAT_TURN:
             batch.add("LREM", keys.queue(owner), "1", self.unit.unit_id)
         batch.add("DEL", keys.lease(owner))
@@ -164,9 +173,25 @@ class Settling:
             )
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
         self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
-        return Outcome("done", status)
+        return Outcome("done", status, hand_off=self._next_turn())
+
+    def _next_turn(self) -> HandOff | None:
+        """The chat's next turn, read after this turn left the queue: the settle starts it (no turn polls).
+
+        Read after the fenced write, so a turn enqueued before it is seen here, and one enqueued after it
+        finds itself at the head when its own message runs. A crash before the hand-off is published is
+        recovered by the lost-message sweep (the chat stays in `keys.PENDING` while it has unfinished
+        turns). A needless copy (the next turn's own message is still in the broker) is harmless: the
+        lease, or the finished record, turns the second copy away.
+        """
+        if self.unit.driver is not Driver.CHAT_TURN:
+            return None
+        nxt = chat_head_record(self.client, self.unit.owner_id)
+        if nxt is None or nxt.status == "running":
+            return None
+        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id)
 
     def _stored_round(self, state: LoopState) -> bytes | None:
         """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""
@@ -222,8 +247,8 @@ class Settling:
                 },
             )
             batch.add("DEL", keys.lease(unit.owner_id))
+            batch.add("ZREM", keys.ACTIVE, unit.owner_id)
             self.fence.commit(batch)
-            self.client.zrem(keys.ACTIVE, unit.owner_id)
             delay = compute_backoff(1, wiring.backoff(settings))
             return Outcome("auto_resume", reason, delay)
         failure = Failure.model_validate(
@@ -256,8 +281,8 @@ class Settling:
             member = due_member(unit.owner_id, unit.unit_id, tool_use_id)
             batch.add("ZADD", keys.APPROVAL_DUE, "NX", repr(due), member)
         batch.add("DEL", keys.lease(unit.owner_id))
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)
         self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
         return Outcome("done", "waiting")
 
     def _interrupted(self, rec: UnitRecord, state: LoopState, cause: str) -> Outcome:
@@ -311,6 +336,6 @@ class Settling:
                 },
             )
         batch.add("DEL", keys.lease(unit.owner_id))
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
         self.fence.commit(batch)
-        self.client.zrem(keys.ACTIVE, unit.owner_id)
         return Outcome("requeue", f"platform interrupt: {text}")

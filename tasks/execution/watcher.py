@@ -33,10 +33,16 @@ class Watcher:
         self._cancel = cancel
         self._halt = threading.Event()
         self.lease_lost = False
+        # The lease (and the ACTIVE mark) are renewed a third of a TTL at a time, not on every poll: the stop
+        # and drain flags need a prompt look, the lease only needs to outlive a missed beat or two.
+        self._renew_every = lease.ttl_ms / 3000
+        self._renewed_at = time.monotonic()  # the lease was just taken, with a whole TTL
         self._thread = threading.Thread(target=self._run, name=f"watch:{owner_id}", daemon=True)
 
-    def start(self) -> Watcher:
-        self.poll_once()
+    def start(self, *, poll: bool = True) -> Watcher:
+        """Start beating; `poll=False` when the caller already read the flags (`seen`) with the lease."""
+        if poll:
+            self.poll_once()
         self._thread.start()
         return self
 
@@ -52,21 +58,41 @@ class Watcher:
         pipe.get(keys.stop(self._owner_id))
         pipe.exists(self._drain_key)
         pipe.zadd(keys.ACTIVE, {self._owner_id: time.time()})
+        asked = time.monotonic()
         renewed, stop, draining, _ = pipe.execute()
+        self._renewed_at = asked  # only once it went through: a failed renewal is tried again on the next beat
         if not renewed:
             self.lease_lost = True
             self._cancel.cancel("drain")
             return
-        stop_value = stop.decode() if isinstance(stop, bytes) else stop
-        if stop_value and stop_value in (self._unit_id, "*"):
+        self.seen(stop=stop.decode() if isinstance(stop, bytes) else stop, draining=bool(draining))
+
+    def seen(self, *, stop: str | None, draining: bool) -> None:
+        """Act on the stop and drain flags as read: a stop naming this unit (or all), or a drain, cancels."""
+        if stop and stop in (self._unit_id, "*"):
             self._cancel.cancel("stop")
         elif draining:
             self._cancel.cancel("drain")
 
+    def look_once(self) -> None:
+        """The light poll between renewals: only the stop and drain flags, in one round trip."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.get(keys.stop(self._owner_id))
+        pipe.exists(self._drain_key)
+        stop, draining = pipe.execute()
+        self.seen(stop=stop.decode() if isinstance(stop, bytes) else stop, draining=bool(draining))
+
+    def tick(self) -> None:
+        """One beat: a full poll when the lease is due for renewal, else the light look."""
+        if time.monotonic() - self._renewed_at >= self._renew_every - POLL_SECONDS / 2:
+            self.poll_once()
+        else:
+            self.look_once()
+
     def _run(self) -> None:
         while not self._halt.wait(POLL_SECONDS):
             try:
-                self.poll_once()
+                self.tick()
             except redis.exceptions.RedisError as err:
                 # Redis may be restarting; the lease outlives a few missed beats.
                 log.warning("watcher could not reach Redis: %s", err)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 
 import redis
 
@@ -38,20 +42,48 @@ def scripted_cues(spec: str) -> dict[str, Cue]:
     return load_cues(spec)
 
 
+_providers: dict[tuple[int, float], Provider] = {}
+_providers_lock = threading.Lock()
+
+
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
+    """The provider of an execution: the Anthropic one is built once per process and shared by its executions.
+
+    One `anthropic.Anthropic` per process means one HTTP connection pool, so a turn does not pay for a new
+    client, a new pool and a new TCP/TLS handshake with the provider. It is keyed by pid so a forked pool
+    child never shares its parent's sockets: each builds its own on first use, after the fork. The SDK's
+    client is safe to share between threads; the provider keeps no per-call state.
+    """
     if settings.provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
 
-    return AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
+    key = (os.getpid(), settings.stream_idle_timeout)
+    with _providers_lock:
+        provider = _providers.get(key)
+        if provider is None:
+            provider = _providers[key] = AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
+    return provider
 
 
 def backoff(settings: Settings) -> Backoff:
     return Backoff(scale=settings.backoff_scale)
 
 
-def chat_tools(settings: Settings) -> dict[str, Tool]:
-    return by_name(load_tools(settings.tools))
+@lru_cache(maxsize=8)
+def _loaded(spec: str) -> tuple[Tool, ...]:
+    """`BATON_TOOLS` loaded once per process (its modules imported, its schemas built)."""
+    return tuple(load_tools(spec))
+
+
+@lru_cache(maxsize=8)
+def _chat_tools(spec: str) -> Mapping[str, Tool]:
+    return MappingProxyType(by_name(_loaded(spec)))
+
+
+def chat_tools(settings: Settings) -> Mapping[str, Tool]:
+    """A chat turn's tools: the same read-only set for every turn of the process."""
+    return _chat_tools(settings.tools)
 
 
 def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
@@ -62,4 +94,5 @@ def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
 
 
 def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
-    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *load_tools(settings.tools)])
+    """A run's tools: its workspace's own (they are bound to its directory) and the shared `BATON_TOOLS`."""
+    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools)])

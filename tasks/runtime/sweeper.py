@@ -12,7 +12,7 @@ from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from agent.policy import after_interruption
 from config.settings import Settings
 from tasks.store import keys
-from tasks.store.reads import chat_head, load_record
+from tasks.store.reads import chat_head, chat_head_record, load_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import blobs, members, scored_texts
 
@@ -78,6 +78,8 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitReco
         if rec.kind == "turn":
             pipe.lrem(keys.queue(rec.owner_id), 1, rec.unit_id)
         pipe.execute()
+        if rec.kind == "turn":
+            _hand_off(client, app, settings, rec.owner_id)
         return False
     text = DEPLOY_NOTICE.format(attempt=verdict.attempt, max_attempts=verdict.max_attempts)
     pipe.hset(record_key, mapping={"status": '"waiting"', "waiting_reason": '"platform_interrupt"'})
@@ -95,6 +97,13 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitReco
     pipe.execute()
     publish(app, settings, rec)
     return True
+
+
+def _hand_off(client: redis.Redis, app: Celery, settings: Settings, owner_id: str) -> None:
+    """A turn the sweep gave up on left its chat's queue: start the next turn, as a settle would."""
+    nxt = chat_head_record(client, owner_id)
+    if nxt is not None and nxt.status != "running":
+        publish(app, settings, nxt)
 
 
 def publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:

@@ -16,6 +16,8 @@ import redis
 from agent.errors import LeaseLost
 
 # KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] a JSON list of [command, key index, args...].
+# One command is Baton's own: DELIFEQ key value... deletes the key if it holds one of the values (a stop
+# flag naming this unit), so that check costs no round trip of its own.
 _FENCED = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -24,7 +26,17 @@ local ops = cjson.decode(ARGV[2])
 for _, op in ipairs(ops) do
   local args = {}
   for i = 3, #op do args[#args + 1] = op[i] end
-  redis.call(op[1], KEYS[op[2]], unpack(args))
+  if op[1] == 'DELIFEQ' then
+    local value = redis.call('GET', KEYS[op[2]])
+    for _, wanted in ipairs(args) do
+      if value == wanted then
+        redis.call('DEL', KEYS[op[2]])
+        break
+      end
+    end
+  else
+    redis.call(op[1], KEYS[op[2]], unpack(args))
+  end
 end
 return 1
 """
@@ -54,6 +66,10 @@ class Batch:
         for field, value in mapping.items():
             flat += [field, value if raw else json.dumps(value)]
         return self.add("HSET", key, *flat)
+
+    def delete_if(self, key: str, *values: str) -> Batch:
+        """Delete `key` if it holds one of `values` (checked inside the fenced write)."""
+        return self.add("DELIFEQ", key, *values)
 
     def xadd(self, key: str, event_json: str) -> Batch:
         return self.add("XADD", key, "MAXLEN", "~", str(EVENTS_MAXLEN), "*", "e", event_json)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -23,8 +24,17 @@ JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not out
 
 class RedisJournal:
     def __init__(
-        self, client: redis.Redis, fence: Fence, *, owner_id: str, unit_id: str, generation: int, steps_before: int = 0
+        self,
+        client: redis.Redis,
+        fence: Fence,
+        *,
+        owner_id: str,
+        unit_id: str,
+        generation: int,
+        steps_before: int = 0,
+        loaded: Mapping[bytes | str, bytes | str] | None = None,
     ) -> None:
+        """`loaded`: the journal hash as already read (with the lease, in the same round trip); else read here."""
         self._fence = fence
         self._client = client
         self._decisions: dict[str, dict[str, Any]] | None = None
@@ -34,7 +44,7 @@ class RedisJournal:
         self.record_key = keys.record(owner_id, unit_id)
         self.events_key = keys.events(owner_id)
         self.steps: dict[str, dict[str, Any]] = {
-            text(k): json.loads(v) for k, v in client.hgetall(self.key).items()
+            text(k): json.loads(v) for k, v in (client.hgetall(self.key) if loaded is None else loaded).items()
         }
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
 

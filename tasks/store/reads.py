@@ -15,12 +15,22 @@ def load_record(client: redis.Redis, owner_id: str, unit_id: str) -> UnitRecord 
 
 
 def load_transcript(client: redis.Redis, owner_id: str, end: int = -1) -> list[Message]:
-    raw = client.lrange(keys.transcript(owner_id), 0, end)
+    return parse_transcript(client.lrange(keys.transcript(owner_id), 0, end))
+
+
+def parse_transcript(raw: list[bytes | str]) -> list[Message]:
+    """Transcript entries as messages (an entry that is no message is skipped)."""
     return [m for m in (load_message(r) for r in raw) if m is not None]
 
 
 def chat_head(client: redis.Redis, owner_id: str) -> str | None:
     """The chat's oldest unfinished turn; finished or unknown heads are cleared on the way."""
+    rec = chat_head_record(client, owner_id)
+    return rec.unit_id if rec is not None else None
+
+
+def chat_head_record(client: redis.Redis, owner_id: str) -> UnitRecord | None:
+    """The record of the chat's oldest unfinished turn (see `chat_head`)."""
     while True:
         head = client.lindex(keys.queue(owner_id), 0)
         if head is None:
@@ -28,5 +38,5 @@ def chat_head(client: redis.Redis, owner_id: str) -> str | None:
         turn_id = text(head)
         rec = load_record(client, owner_id, turn_id)
         if rec is not None and not rec.terminal:
-            return turn_id
+            return rec
         client.lrem(keys.queue(owner_id), 1, turn_id)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from agent.history import (
     PASSES,
+    RequestHistory,
     backfill_dangling_calls,
     collect_parallel_results,
     drop_orphaned_results,
@@ -16,7 +17,16 @@ from agent.history import (
     problems,
     repair,
 )
-from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, notice, user_text
+from agent.messages import (
+    INTERRUPTED_RESULT,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    notice,
+    to_api,
+    user_text,
+)
 
 
 def _ask(*ids: str, text: str | None = None) -> Message:
@@ -262,3 +272,40 @@ def test_repair_fixes_messages_in_any_order(history):
     once = repair(history)
     assert problems(once) == []
     assert repair(once) is once
+
+
+@st.composite
+def grown(draw: st.DrawFn) -> tuple[list[Message], list[list[Message]]]:
+    """A prefix (sensible or shuffled), then what a loop appends between requests: mostly answered rounds
+    (results in any order, ids fresh or reused), sometimes something else (a partial round, a prompt, a notice)."""
+    prefix = draw(st.one_of(histories().map(lambda case: case[0]), shuffled()))
+    steps: list[list[Message]] = []
+    for n in range(draw(st.integers(1, 6))):
+        calls = [f"g{n}-{i}" if draw(st.booleans()) else f"toolu_{i}" for i in range(draw(st.integers(1, 3)))]
+        calls = list(dict.fromkeys(calls))
+        kind = draw(st.sampled_from(["round", "round", "round", "partial", "prompt", "notice", "text_result"]))
+        if kind == "round":
+            ask = _ask(*calls, text=draw(st.sampled_from([None, "x"])))
+            steps.append([ask, _results(*draw(st.permutations(calls)))])
+        elif kind == "partial":
+            steps.append([_ask(*calls), _results(*calls[:-1])] if len(calls) > 1 else [_ask(*calls)])
+        elif kind == "text_result":
+            message = _results(*calls)
+            mixed = message.model_copy(update={"content": (TextBlock(text="m"), *message.content)})
+            steps.append([_ask(*calls), mixed])
+        else:
+            steps.append([user_text("u") if kind == "prompt" else notice("info", "n")])
+    return prefix, steps
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grown())
+def test_a_request_history_grown_round_by_round_equals_repairing_the_whole(case):
+    """Whatever the prefix and whatever is appended, the incremental view is exactly `to_api(repair(...))`."""
+    prefix, steps = case
+    view = RequestHistory()
+    messages = list(prefix)
+    assert view.api(messages) == to_api(repair(messages))
+    for step in steps:
+        messages = [*messages, *step]
+        assert view.api(messages) == to_api(repair(messages))

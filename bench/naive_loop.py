@@ -1,0 +1,160 @@
+"""Baton's chat turn next to the loop a user would write in thirty lines (`bench.naive_app`), in one run.
+
+Both sides on the same private Redis (broker, backend and state) and the same fake Messages API over HTTP,
+each through its own real worker (concurrency 2, its own queue), each turn one tool round (`peek`, no I/O)
+and then an answer. The naive side calls `messages.create` without streaming, as a first version would;
+Baton streams (live text) and keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair.
+
+- Latency: turns one at a time, the two sides alternating so machine noise hits both alike; a fresh chat per
+  turn; timed from send to the result in hand (Baton: `send_message` + `wait`; naive: `send_task` + `get`).
+- Throughput: 80 turns on distinct chats sent as fast as the client can, then all awaited; in alternating
+  blocks of 40 per side. Baton again with each chat's 4 turns sent back to back (20 chats), whose
+  per-chat order is checked from the `turn.completed` events.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+from celery import Celery
+
+from bench._common import Row, Stack, fmt, judge, median, print_rows
+from tests.support.fake_anthropic import Reply, text, tool_call
+from tests.support.processes import Worker, wait_until
+
+N = 40
+WARMUP = 5
+TURNS = 80
+BLOCKS = 2
+PER_CHAT = 4
+PROMPT = "look up key a, then answer"
+
+
+def one_tool_round(body: dict[str, Any], index: int) -> Reply:
+    """The first request of a turn gets a `peek` call; the request carrying its result gets the answer."""
+    last = (body.get("messages") or [{}])[-1]
+    content = last.get("content")
+    answered = isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+    return text("done: value-of-a") if answered else tool_call("peek", {"key": "a"})
+
+
+class NaiveWorker(Worker):
+    """A real `celery -A bench.naive_app worker` on its own queue (otherwise like the test harness's)."""
+
+    def start(self, timeout: float = 30) -> Worker:
+        import subprocess
+
+        from tests.support.processes import REPO
+
+        cmd = [sys.executable, "-m", "celery", "-A", "bench.naive_app", "worker", "-Q", self.env["NAIVE_QUEUE"],
+               "-n", self.hostname, "-c", str(self.concurrency), "-l", "info", "--without-mingle", "--without-gossip"]
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        wait_until(self._ready, timeout, what=f"worker {self.name} ready")
+        return self
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1]
+
+
+def main(n: int = N, turns: int = TURNS) -> list[Row]:
+    with Stack("naive", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
+        naive_queue = f"{stack.queue}-naive"
+        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue},
+                                   stack.tmp, concurrency=2)
+        stack.workers.append(naive_worker)
+        naive_worker.start(timeout=60)
+        stack.worker("w1", concurrency=2)
+        client = stack.client()
+        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
+        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+        stamp = uuid.uuid4().hex[:6]
+
+        def baton_turn(chat: str) -> float:
+            started = time.perf_counter()
+            result = client.wait(client.send_message(chat, PROMPT), timeout=30)
+            if result.status != "completed":
+                raise RuntimeError(f"Baton turn in {chat} ended {result.status}: {result.failure}")
+            return time.perf_counter() - started
+
+        def naive_turn(chat: str) -> float:
+            started = time.perf_counter()
+            reply = naive.send_task("naive.turn", args=[chat, PROMPT], queue=naive_queue).get(timeout=30)
+            if "value-of-a" not in reply:
+                raise RuntimeError(f"naive turn in {chat} answered {reply!r}")
+            return time.perf_counter() - started
+
+        for i in range(WARMUP):
+            baton_turn(f"warm-b-{stamp}-{i}")
+            naive_turn(f"warm-n-{stamp}-{i}")
+        baton_lat: list[float] = []
+        naive_lat: list[float] = []
+        for i in range(n):
+            baton_lat.append(baton_turn(f"lat-b-{stamp}-{i}"))
+            naive_lat.append(naive_turn(f"lat-n-{stamp}-{i}"))
+
+        per_block = turns // BLOCKS
+        baton_s = naive_s = burst_s = 0.0
+        burst_refs = []
+        for block in range(BLOCKS):
+            started = time.perf_counter()
+            refs = [client.send_message(f"tp-b-{stamp}-{block}-{c}", PROMPT) for c in range(per_block)]
+            done = [client.wait(ref, timeout=60).status for ref in refs]
+            baton_s += time.perf_counter() - started
+            if set(done) != {"completed"}:
+                raise RuntimeError(f"Baton throughput block ended {done}")
+
+            started = time.perf_counter()
+            results = [naive.send_task("naive.turn", args=[f"tp-n-{stamp}-{block}-{c}", PROMPT], queue=naive_queue)
+                       for c in range(per_block)]
+            for result in results:
+                result.get(timeout=60)
+            naive_s += time.perf_counter() - started
+
+            started = time.perf_counter()
+            chats = [f"tb-{stamp}-{block}-{c}" for c in range(per_block // PER_CHAT)]
+            refs = [client.send_message(chat, PROMPT) for chat in chats for _ in range(PER_CHAT)]
+            done = [client.wait(ref, timeout=60).status for ref in refs]
+            burst_s += time.perf_counter() - started
+            if set(done) != {"completed"}:
+                raise RuntimeError(f"Baton back-to-back block ended {done}")
+            burst_refs += refs
+        disorder = 0
+        for chat in {ref.chat_id for ref in burst_refs}:
+            sent = [ref.turn_id for ref in burst_refs if ref.chat_id == chat]
+            ended = [(e.model_extra or {}).get("turn_id") for e in client.events(chat) if e.type == "turn.completed"]
+            disorder += ended != sent
+
+    b50, n50 = median(baton_lat) * 1000, median(naive_lat) * 1000
+    b90, n90 = p90(baton_lat) * 1000, p90(naive_lat) * 1000
+    b_tps, n_tps, burst_tps = turns / baton_s, turns / naive_s, turns / burst_s
+    print(f"  latency p50: Baton {fmt(b50)} ms, naive {fmt(n50)} ms -> {fmt(b50 / n50)}x; "
+          f"p90: Baton {fmt(b90)} ms, naive {fmt(n90)} ms -> {fmt(b90 / n90)}x", flush=True)
+    print(f"  throughput, {turns} distinct chats: Baton {fmt(b_tps)}/s, naive {fmt(n_tps)}/s -> {fmt(b_tps / n_tps)}x; "
+          f"Baton back to back ({PER_CHAT} per chat) {fmt(burst_tps)}/s -> {fmt(burst_tps / b_tps)}x of distinct; "
+          f"{disorder} chats out of order", flush=True)
+    return [
+        Row("Baton turn latency, 1 tool round (p50)", b50, "ms", "—", f"info (p90 {fmt(b90)} ms)"),
+        Row("naive loop turn latency, 1 tool round (p50)", n50, "ms", "—", f"info (p90 {fmt(n90)} ms)"),
+        Row("turn latency ÷ naive (p50)", b50 / n50, "x", "≤ 1.1", judge(b50 / n50, at_most=1.1)),
+        Row("turn latency ÷ naive (p90)", b90 / n90, "x", "—", "info"),
+        Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2", b_tps, "turns/s", "—", "info"),
+        Row(f"naive turns/s, {turns} distinct chats, 1 worker x 2", n_tps, "turns/s", "—", "info"),
+        Row("turns/s ÷ naive", b_tps / n_tps, "x", "≥ 0.8", judge(b_tps / n_tps, at_least=0.8)),
+        Row(f"Baton turns/s, {PER_CHAT} turns per chat back to back", burst_tps, "turns/s", "—", "info"),
+        Row("back to back ÷ distinct chats", burst_tps / b_tps, "x", "≥ 0.8", judge(burst_tps / b_tps, at_least=0.8)),
+        Row("back-to-back chats whose turns completed out of send order", float(disorder), "chats", "0",
+            judge(disorder, at_most=0)),
+    ]
+
+
+if __name__ == "__main__":
+    print_rows(main())

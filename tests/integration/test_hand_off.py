@@ -1,0 +1,54 @@
+"""Hand-off, end to end: a turn queued behind a running one keeps no message in the broker (it does not poll);
+the running turn's settle starts it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from tasks.runtime.sweeper import KOMBU_UNACKED
+from tests.support import counting_tools
+from tests.support.fake_anthropic import Script, text, tool_call
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_queued_turn_waits_without_a_message_and_the_heads_settle_starts_it(stack):
+    """While turn 1 is held inside its tool, turn 2's own message is delivered, dropped and acked: no copy of
+    it is left in the queue or among the unacked (a polling turn always has its next copy there). Releasing
+    turn 1 starts turn 2 at once, through turn 1's settle, and the two complete in order."""
+    stack.fake_api.set_handler(
+        Script([tool_call("blocking_write", {"note": "n1"}), text("first done"), text("second done")])
+    )
+    worker = stack.worker()
+    client = stack.client()
+    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
+    t1 = client.send_message("c1", "first")
+    t2 = client.send_message("c1", "second")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None  # turn 1 is inside its tool
+
+    def t2_in_broker() -> bool:
+        held = [*r.lrange(stack.queue, 0, -1), *r.hvals(KOMBU_UNACKED)]
+        return any(t2.task_id.encode() in m for m in held)
+
+    received = f"baton.chat_turn[{t2.task_id}] received"
+    wait_until(lambda: f"dropping message {t2.task_id}" in worker.log(), 30, what="turn 2's own message dropped")
+    # Absence of polling has no event to await: watch a window in which a 0.2 s poll would have come back 5 times.
+    time.sleep(1.0)
+    assert worker.log().count(received) == 1 and not t2_in_broker()
+    assert client.turn("c1", t2.turn_id).status == "queued"
+
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert client.wait(t1, timeout=30).status == "completed"
+    assert client.wait(t2, timeout=30).reply == "second done"
+    order = [(e.type, e.turn_id) for e in client.events("c1") if e.type in ("turn.started", "turn.completed")]
+    assert order == [
+        ("turn.started", t1.turn_id),
+        ("turn.completed", t1.turn_id),
+        ("turn.started", t2.turn_id),
+        ("turn.completed", t2.turn_id),
+    ]
+    assert worker.log().count(received) == 2  # its own message, then the hand-off

@@ -1,0 +1,109 @@
+"""Hand-off, not polling: a chat turn behind its head waits without a message of its own; the head's
+settle starts it, and the lost-message sweep starts it if the settle's worker died before it could."""
+
+from __future__ import annotations
+
+import time
+
+import fakeredis
+import pytest
+
+from agent.policy import Driver
+from agent.provider.scripted import ScriptedProvider, reply_text
+from config.settings import Settings
+from tasks.execution import wiring
+from tasks.execution.flow import Execution, Unit
+from tasks.execution.settling import HandOff
+from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
+from tasks.store import keys
+from tasks.store.records import UnitRecord
+
+SETTINGS = Settings(redis_url="redis://fake:6379/0", provider="scripted", queue="q", lease_ttl=3,
+                    tools="bench.tools:TOOLS", backoff_scale=0)
+OWNER = keys.owner("chat", "c1")
+
+
+class FakeApp:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list, str | None]] = []
+
+    def send_task(self, name, args, task_id=None, queue=None):
+        self.sent.append((name, args, task_id))
+
+
+@pytest.fixture
+def store(monkeypatch):
+    client = fakeredis.FakeRedis()
+    monkeypatch.setattr(wiring, "redis_client", lambda url: client)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c: ScriptedProvider([reply_text("hi")] * 4))
+    return client
+
+
+def _enqueue(store, turn_id: str, status: str = "queued") -> None:
+    """What `Client.send_message` writes: the record, the queue entry, the pending mark."""
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id=turn_id, text=f"hello {turn_id}", status=status,
+                     task_id=f"task-{turn_id}", created_at=time.time())
+    store.hset(keys.record(OWNER, turn_id), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), turn_id)
+    store.zadd(keys.PENDING, {OWNER: time.time()})
+
+
+def _run(turn_id: str):
+    unit = Unit(Driver.CHAT_TURN, OWNER, turn_id)
+    return Execution(SETTINGS, unit, hostname="w@test", task_id=f"task-{turn_id}").run()
+
+
+def _status(store, turn_id: str) -> bytes | None:
+    return store.hget(keys.record(OWNER, turn_id), "status")
+
+
+def test_a_turn_behind_its_head_is_dropped_and_the_heads_settle_starts_it(store):
+    """Out of order: t2's message comes first and is dropped, not re-published; t1's settle names t2; t2 then
+    runs; a late duplicate of t2 is a no-op; the last turn's settle hands off to nobody."""
+    _enqueue(store, "t1")
+    _enqueue(store, "t2")
+    early = _run("t2")
+    assert (early.action, early.countdown) == ("drop", 0.0) and _status(store, "t2") == b'"queued"'
+    first = _run("t1")
+    assert first.action == "done" and first.hand_off == HandOff(("c1", "t2"), "task-t2")
+    second = _run("t2")
+    assert second.action == "done" and second.reason == "completed" and second.hand_off is None
+    assert _run("t2").reason == "already finished"
+
+
+def test_a_failed_or_stopped_head_hands_off_too(store):
+    """Whatever ends the head (here a stop), its settle starts the next turn."""
+    _enqueue(store, "t1")
+    _enqueue(store, "t2")
+    store.set(keys.stop(OWNER), "t1")
+    outcome = _run("t1")
+    assert outcome.reason == "stopped" and outcome.hand_off == HandOff(("c1", "t2"), "task-t2")
+
+
+def test_a_settle_whose_hand_off_was_lost_is_recovered_by_the_lost_message_sweep(store):
+    """The worker died between t1's settle and publishing t2: t2 sits queued at the head with no message
+    anywhere (its own was dropped). The lost-message sweep republishes t2 under its task id, once; t3, still
+    behind t2, is left to t2's own settle."""
+    _enqueue(store, "t1")
+    _enqueue(store, "t2")
+    _enqueue(store, "t3")
+    assert _run("t2").action == "drop" and _run("t3").action == "drop"
+    assert _run("t1").hand_off is not None  # ... and the process dies before `act` publishes it
+    now = time.time() + pending_check_seconds(SETTINGS) + 1
+    app = FakeApp()
+    assert sweep_lost_messages(store, store, app, SETTINGS, now=now) == [OWNER]
+    assert app.sent == [("baton.chat_turn", ["c1", "t2"], "task-t2")]
+    assert sweep_lost_messages(store, store, app, SETTINGS, now=now + 1) == []
+
+
+def test_a_turn_the_sweep_gives_up_on_starts_the_next(store):
+    """A running head whose worker was lost past the interruption limit is failed by the sweep, which then
+    starts the chat's next turn as a settle would."""
+    _enqueue(store, "t1", status="running")
+    _enqueue(store, "t2")
+    store.hset(keys.record(OWNER, "t1"), "interruptions", str(SETTINGS.max_interruptions))
+    store.zadd(keys.ACTIVE, {OWNER: time.time() - 10})
+    app = FakeApp()
+    assert sweep_once(store, app, SETTINGS) == []
+    assert _status(store, "t1") == b'"failed"'
+    assert app.sent == [("baton.chat_turn", ["c1", "t2"], "task-t2")]
