@@ -13,11 +13,10 @@ from __future__ import annotations
 import statistics
 import time
 
-from tests.support.web_server import ApiServer
-
 from bench._common import Row, Stack, fmt, judge, print_rows, wait_for
 from tasks.store import keys
 from tests.support.fake_anthropic import Reply, Script
+from tests.support.web_server import ApiServer
 
 TURNS = 3
 TOKENS = 1000

@@ -7,6 +7,7 @@ from typing import Any
 from kombu.serialization import registry
 
 from config.settings import Settings
+from config.topology import broker_kind, work_queue
 
 
 def forbid_pickle() -> None:
@@ -30,16 +31,10 @@ UNACKED_RESTORE_SECONDS = 5
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings derived from ours (and pickle removed from the process)."""
     forbid_pickle()
-    transport: dict[str, Any] = {
-        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
-        "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
-        "unacked_restore_throttle": 1,
-    }
-    return {
+    conf: dict[str, Any] = {
         "broker_url": settings.broker,
         "result_backend": settings.redis_url,
         "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
-        "broker_transport_options": transport,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -56,4 +51,38 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+    }
+    conf.update(amqp_options(settings) if broker_kind(settings.broker) == "amqp" else redis_options())
+    return conf
+
+
+def redis_options() -> dict[str, Any]:
+    """The Redis transport: a visibility timeout (its only redelivery) and a frequent restore sweep."""
+    return {
+        "broker_transport_options": {
+            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+            "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
+            "unacked_restore_throttle": 1,
+        }
+    }
+
+
+def amqp_options(settings: Settings) -> dict[str, Any]:
+    """RabbitMQ, as Celery documents it for quorum queues (5.5+).
+
+    No visibility timeout exists here: an unacknowledged message comes back when its consumer's channel
+    closes (a worker lost, or the broker's `consumer_timeout`). A channel the broker closes is a channel error,
+    not a connection error: without `broker_channel_error_retry` the consumer dies with "Unrecoverable error"
+    (celery#6760) and the worker exits; with it the consumer reconnects and goes on, and the copy the broker
+    redelivered meanwhile is turned away by the unit's lease (or its finished record).
+    """
+    return {
+        "task_queues": [work_queue(settings.queue)],
+        "task_default_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "task_create_missing_queue_type": "quorum",
+        "worker_detect_quorum_queues": True,  # per-consumer prefetch: quorum queues refuse global QoS
+        "broker_native_delayed_delivery_queue_type": "quorum",
+        "broker_channel_error_retry": True,
+        "broker_transport_options": {"confirm_publish": True},  # a publish returns once the broker has it
     }

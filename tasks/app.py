@@ -19,6 +19,7 @@ INCLUDE = [
     "tasks.runtime.logs",
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
+    "tasks.runtime.topology",
 ]
 
 settings = current()
