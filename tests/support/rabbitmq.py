@@ -18,6 +18,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tasks.demo.embedded_redis import free_port
 
@@ -145,12 +146,15 @@ class RabbitMQNode:
             raise RuntimeError(f"rabbitmqctl eval failed: {done.stderr or done.stdout}")
         return done.stdout.strip()
 
-    def queues(self) -> dict[str, dict[str, str]]:
+    def queues(self) -> dict[str, dict[str, Any]]:
         """Every queue of the default vhost: name -> {messages, type, arguments}."""
         done = self.ctl_call("list_queues", "-q", "--formatter", "json", "name", "messages", "type", "arguments")
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl list_queues failed: {done.stderr}")
-        return {q["name"]: q for q in json.loads(done.stdout or "[]")}
+        listed = json.loads(done.stdout or "[]")
+        for q in listed:  # arguments come as [name, type, value] triples
+            q["arguments"] = {name: value for name, _type, value in q.get("arguments") or []}
+        return {q["name"]: q for q in listed}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
