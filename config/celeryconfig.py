@@ -33,8 +33,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     forbid_pickle()
     conf: dict[str, Any] = {
         "broker_url": settings.broker,
-        "result_backend": settings.redis_url,
-        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
+        "result_backend": settings.result_backend,
+        "result_backend_transport_options": {
+            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+            **sentinel_options(settings),
+        },
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -52,19 +55,25 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
     }
-    conf.update(amqp_options(settings) if broker_kind(settings.broker) == "amqp" else redis_options())
+    conf.update(amqp_options(settings) if broker_kind(settings.broker) == "amqp" else redis_options(settings))
     return conf
 
 
-def redis_options() -> dict[str, Any]:
+def sentinel_options(settings: Settings) -> dict[str, Any]:
+    """The transport options a `sentinel://` URL needs: which master the Sentinels are asked for."""
+    return {"master_name": settings.redis_master} if settings.sentinels else {}
+
+
+def redis_options(settings: Settings) -> dict[str, Any]:
     """The Redis transport: a visibility timeout (its only redelivery) and a frequent restore sweep."""
-    return {
-        "broker_transport_options": {
-            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
-            "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
-            "unacked_restore_throttle": 1,
-        }
+    transport: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+        "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
+        "unacked_restore_throttle": 1,
     }
+    if settings.broker.startswith("sentinel://"):
+        transport.update(sentinel_options(settings))
+    return {"broker_transport_options": transport}
 
 
 def amqp_options(settings: Settings) -> dict[str, Any]:

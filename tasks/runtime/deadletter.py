@@ -35,7 +35,7 @@ def record(reason: str, *, headers: dict[str, Any] | None = None, content_type: 
              "content_type": content_type, "body": preview[:2000]}
     log.error("dead-lettered message %s (%s): %s", entry["id"], entry["task"], reason)
     try:
-        client = wiring.redis_client(settings.redis_url)
+        client = wiring.store(settings)
         pipe = client.pipeline()
         pipe.lpush(DEADLETTER, json.dumps(entry))
         pipe.ltrim(DEADLETTER, 0, DEADLETTER_MAX - 1)
