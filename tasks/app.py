@@ -20,6 +20,7 @@ INCLUDE = [
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
     "tasks.runtime.topology",
+    "tasks.runtime.kombu_fixes",
 ]
 
 settings = current()
