@@ -29,12 +29,7 @@ def replicated(tmp_path: Path) -> Iterator[ReplicatedRedis]:
     store.stop()
 
 
-def test_turns_and_a_run_go_on_after_the_master_is_killed_and_the_replica_promoted(
-    replicated: ReplicatedRedis, redis_server: RedisServer, fake_api, tmp_path: Path
-):
-    """Turns complete before the failover; a run whose write tool is mid-call when the master is killed (its
-    writes replicated first: WAIT 1) completes afterwards with the write run once; turns sent after the
-    promotion complete on the same, never restarted, worker."""
+def _sentinel_stack(replicated: ReplicatedRedis, redis_server: RedisServer, fake_api, tmp_path: Path) -> Stack:
     stack = Stack(redis_server, fake_api, tmp_path)  # redis_server: only the counters of the write tools
     stack.env.update(
         {
@@ -45,6 +40,48 @@ def test_turns_and_a_run_go_on_after_the_master_is_killed_and_the_replica_promot
             "BATON_LEASE_TTL": "5",
         }
     )
+    return stack
+
+
+def test_a_write_tool_whose_write_ahead_entry_no_replica_confirms_is_not_run_and_the_run_says_why(
+    replicated: ReplicatedRedis, redis_server: RedisServer, fake_api, tmp_path: Path
+):
+    """Behind Sentinel a write tool runs only once a replica has its write-ahead entry (WAIT): with the replica
+    stopped, the run fails before the tool runs, its failure naming the tool and the unconfirmed replication
+    (never silent), and the tool count stays 0; with the replica back, a retry runs the tool once."""
+    stack = _sentinel_stack(replicated, redis_server, fake_api, tmp_path)
+    counter = redis.Redis.from_url(redis_server.url, socket_timeout=None)
+    try:
+        from tests.support.fake_anthropic import text, tool_call
+
+        fake_api.set_handler(
+            lambda body, index: tool_call("record_note", {"note": "n"}) if len(body["messages"]) == 1 else text("ok")
+        )
+        stack.worker("a")
+        client = stack.client()
+        replicated.pause_replica()
+        try:
+            status = client.wait(client.start_run("note it", workspace=tmp_path), timeout=60)
+        finally:
+            replicated.resume_replica()
+        assert status.status == "failed", status
+        assert status.failure is not None and "record_note" in status.failure["message"]
+        assert "replicas confirmed" in status.failure["message"]
+        assert counting_tools.calls(counter, "record_note") == 0
+        again = client.wait(client.retry(status.run_id), timeout=60)
+        assert again.status == "completed" and again.reply == "ok"
+        assert counting_tools.calls(counter, "record_note") == 1
+    finally:
+        stack.stop()
+
+
+def test_turns_and_a_run_go_on_after_the_master_is_killed_and_the_replica_promoted(
+    replicated: ReplicatedRedis, redis_server: RedisServer, fake_api, tmp_path: Path
+):
+    """Turns complete before the failover; a run whose write tool is mid-call when the master is killed (its
+    writes replicated first: WAIT 1) completes afterwards with the write run once; turns sent after the
+    promotion complete on the same, never restarted, worker."""
+    stack = _sentinel_stack(replicated, redis_server, fake_api, tmp_path)
     counter = redis.Redis.from_url(redis_server.url, socket_timeout=None)
     try:
 

@@ -7,6 +7,7 @@ on a free loopback port and is stopped by `stop()`; nothing touches the machine'
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -100,7 +101,17 @@ class ReplicatedRedis:
         )
         return time.monotonic() - killed
 
+    def pause_replica(self) -> None:
+        """SIGSTOP the replica: it stays connected but acknowledges nothing (a replica lagging behind)."""
+        assert self.replica.proc is not None
+        self.replica.proc.send_signal(signal.SIGSTOP)
+
+    def resume_replica(self) -> None:
+        if self.replica.proc is not None:
+            self.replica.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume_replica()
         if self.sentinel is not None:
             self.sentinel.kill()
             self.sentinel.wait(10)
