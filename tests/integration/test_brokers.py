@@ -1,8 +1,8 @@
-"""RabbitMQ as the broker (a private rabbitmq-server node), Redis as the store: the same guarantees as on Redis.
+"""The broker-facing guarantees on both brokers: Redis, and RabbitMQ (a private rabbitmq-server node).
 
-A turn and a coding run, a SIGTERM drain, a SIGKILL recovery and poison messages, each against the node the
-module's fixture starts; the consumer-timeout scenario (a run held past the broker's `consumer_timeout`) is in
-test_rabbitmq_timeout.py, on a node of its own with the timeout lowered to seconds.
+A turn and a coding run, a SIGTERM drain and a SIGKILL recovery run on each (`broker_stack` is parametrized);
+poison messages on RabbitMQ are dead-lettered by the broker itself (on Redis: test_hostile_input.py). The
+consumer-timeout scenario is in test_rabbitmq_timeout.py, on a node of its own with the timeout in seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ from tests.support.rabbitmq import RabbitMQNode
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker_stack(request):
+    """The test's stack with Redis as the broker, then with the module's RabbitMQ node as the broker."""
+    return request.getfixturevalue("stack" if request.param == "redis" else "amqp_stack")
+
 STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
 DEADLETTER = "baton:deadletter"
 
@@ -31,10 +37,9 @@ def _redis(stack) -> redis.Redis:
     return redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
 
 
-def test_a_turn_and_a_coding_run_complete_over_amqp_on_a_quorum_queue(amqp_stack, rabbitmq: RabbitMQNode, tmp_path):
-    """Over amqp:// a chat turn and a coding run (a write tool, then a reply) complete, the write once; the work
-    queue is a quorum queue that dead-letters into `<queue>.deadletter`, which the worker declared."""
-    stack = amqp_stack
+def test_a_turn_and_a_coding_run_complete(broker_stack, tmp_path):
+    """A chat turn and a coding run (a write tool, then a reply) complete, the write once."""
+    stack = broker_stack
     stack.fake_api.set_handler(
         Script([text("hello over rabbit"), tool_call("record_note", {"note": "n"}), text("ran")])
     )
@@ -46,6 +51,15 @@ def test_a_turn_and_a_coding_run_complete_over_amqp_on_a_quorum_queue(amqp_stack
     assert status.status == "completed" and status.reply == "ran"
     assert counting_tools.calls(_redis(stack), "record_note") == 1
 
+
+def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):
+    """The worker declares the work queue as a quorum queue dead-lettering into `<queue>.deadletter` (declared
+    too); a turn leaves nothing behind in it."""
+    stack = amqp_stack
+    stack.fake_api.set_handler(Script([text("hello over rabbit")]))
+    stack.worker("a")
+    client = stack.client()
+    assert client.wait(client.send_message("amqp-chat", "hi"), timeout=60).status == "completed"
     queues = rabbitmq.queues()
     work = queues[stack.queue]
     assert work["type"] == "quorum"
@@ -54,10 +68,10 @@ def test_a_turn_and_a_coding_run_complete_over_amqp_on_a_quorum_queue(amqp_stack
     assert int(work["messages"]) == 0
 
 
-def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write_once(amqp_stack, tmp_path):
-    """SIGTERM on the worker mid-run: it drains within 5 s, its requeue is published at once (no countdown
-    through the delayed queues), the other worker resumes and finishes the run, each write tool once."""
-    stack = amqp_stack
+def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write_once(broker_stack, tmp_path, request):
+    """SIGTERM on the worker mid-run: it drains within 5 s, its requeue is published at once (on RabbitMQ: no
+    countdown through the delayed queues), the other worker resumes and finishes the run, each write once."""
+    stack = broker_stack
     stack.fake_api.set_handler(
         Script([tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("done")])
     )
@@ -77,14 +91,15 @@ def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write
     assert drained <= 5.0, f"drain took {drained:.2f}s"
     assert counting_tools.calls(_redis(stack), "record_note") == 2
     assert stack.fake_api.requests[3]["messages"] == stack.fake_api.requests[2]["messages"]
-    print(f"amqp drain: worker exited {drained:.2f}s after SIGTERM; the other worker resumed at {resumed:.2f}s")
+    broker = request.node.callspec.params["broker_stack"]
+    print(f"\n{broker} drain: worker exited {drained:.2f}s after SIGTERM; the other worker resumed at {resumed:.2f}s")
 
 
-def test_a_sigkilled_workers_run_is_recovered_by_the_lease_sweep(amqp_stack, tmp_path):
-    """SIGKILL the worker holding a run: the broker returns its message (the connection closed) and the other
-    worker's lease sweep requeues the unit; whichever copy runs first wins the lease, the write runs once and
-    the run completes with one `worker_lost` interruption."""
-    stack = amqp_stack
+def test_a_sigkilled_workers_run_is_recovered_by_the_lease_sweep(broker_stack, tmp_path, request):
+    """SIGKILL the worker holding a run: the other worker's lease sweep requeues the unit within 1.5 lease TTLs
+    (RabbitMQ also returns the message at once, its connection closed: that copy finds the lease still held and
+    is dropped); the write runs once and the run completes once."""
+    stack = broker_stack
     ttl = 3.0
     env = {"BATON_LEASE_TTL": str(ttl)}
     stack.fake_api.set_handler(Script([tool_call("record_note", {"note": "x"}), STALL, text("recovered")]))
@@ -93,13 +108,19 @@ def test_a_sigkilled_workers_run_is_recovered_by_the_lease_sweep(amqp_stack, tmp
     ref = client.start_run("survive a crash", workspace=tmp_path)
     assert stack.fake_api.wait_for_requests(2, timeout=30)
     stack.worker("b", **env)
+    killed = time.monotonic()
     worker_a.kill9()
+    assert stack.fake_api.wait_for_requests(3, timeout=30)
+    recovered = time.monotonic() - killed
     status = client.wait(ref, timeout=60)
     assert status.status == "completed" and status.reply == "recovered"
     assert counting_tools.calls(_redis(stack), "record_note") == 1
     causes = [e.model_extra["cause"] for e in client.events(ref.run_id) if e.type == "run.interrupted"]
-    assert causes in (["worker_lost"], [])  # the broker's own redelivery may win before the sweep: no event then
+    assert causes == ["worker_lost"]
     assert [e.type for e in client.events(ref.run_id)].count("run.completed") == 1
+    assert recovered <= 1.5 * ttl, f"resumed {recovered:.2f}s after SIGKILL (lease TTL {ttl}s)"
+    broker = request.node.callspec.params["broker_stack"]
+    print(f"\n{broker} SIGKILL: the run resumed {recovered:.2f}s after the kill (lease TTL {ttl:.0f}s)")
 
 
 def _publish_raw(url: str, queue: str, body: bytes, content_type: str, task: str = "baton.chat_turn") -> str:
