@@ -182,3 +182,28 @@ def test_poison_messages_are_dead_lettered_on_the_broker_and_the_worker_stays_he
     assert worker.alive
     assert int(rabbitmq.queues()[dead_letter_queue_name(stack.queue)]["messages"]) == 0  # we read all four
 
+
+
+def test_drains_never_count_against_the_quorum_queues_delivery_limit(amqp_stack, rabbitmq: RabbitMQNode, tmp_path):
+    """With a delivery limit of 1 on the work queue (a policy), a run drained three times is still resumed each
+    time and completes: a drain publishes a new message rather than returning the old one, so only Baton's own
+    interruption counter (here 5) bounds it; nothing is dead-lettered."""
+    stack = amqp_stack
+    done = rabbitmq.ctl_call("set_policy", "--apply-to", "queues", f"limit-{stack.queue}",
+                             f"^{stack.queue}$", '{"delivery-limit": 1}')
+    assert done.returncode == 0, done.stderr
+    env = {"BATON_MAX_INTERRUPTIONS": "5"}
+    stack.fake_api.set_handler(Script([STALL, STALL, STALL, text("finally")]))
+    client = stack.client(**env)
+    ref = client.start_run("drained thrice", workspace=tmp_path)
+    for attempt in range(1, 4):
+        worker = stack.worker(f"d{attempt}", **env)
+        assert stack.fake_api.wait_for_requests(attempt, timeout=30)
+        worker.terminate()
+        worker.wait_exit(timeout=15)
+    stack.worker("last", **env)
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "finally" and status.interruptions == 3
+    queues = rabbitmq.queues()
+    assert queues[stack.queue]["policy"] == f"limit-{stack.queue}"  # the limit was in force all along
+    assert int(queues[dead_letter_queue_name(stack.queue)]["messages"]) == 0

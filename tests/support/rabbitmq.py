@@ -147,8 +147,9 @@ class RabbitMQNode:
         return done.stdout.strip()
 
     def queues(self) -> dict[str, dict[str, Any]]:
-        """Every queue of the default vhost: name -> {messages, type, arguments}."""
-        done = self.ctl_call("list_queues", "-q", "--formatter", "json", "name", "messages", "type", "arguments")
+        """Every queue of the default vhost: name -> {messages, type, arguments, policy}."""
+        done = self.ctl_call("list_queues", "-q", "--formatter", "json", "name", "messages", "type", "arguments",
+                             "policy")
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl list_queues failed: {done.stderr}")
         listed = json.loads(done.stdout or "[]")
