@@ -54,6 +54,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # The STARTED state is stored before a task's body runs: with the store down that write failed "outside
+        # the body" and the message was acknowledged, its unit never run (with RabbitMQ as the broker, workers
+        # keep receiving messages through a Redis outage). Retried instead, for up to ~2 min.
+        "result_backend_always_retry": True,
+        "result_backend_max_retries": 20,
     }
     conf.update(amqp_options(settings) if broker_kind(settings.broker) == "amqp" else redis_options(settings))
     return conf

@@ -23,6 +23,14 @@ def broker_kind(url: str) -> BrokerKind:
     return "amqp" if url.startswith(("amqp://", "amqps://", "pyamqp://")) else "redis"
 
 
+def broker_countdown(url: str, seconds: float) -> float:
+    """The countdown to publish with: RabbitMQ's native delayed delivery counts whole seconds and refuses a
+    positive countdown below one (kombu: "countdown must be a positive number"), so those wait one second."""
+    if broker_kind(url) == "amqp" and 0 < seconds < 1:
+        return 1.0
+    return seconds
+
+
 def dead_letter_queue_name(queue: str) -> str:
     """Where the broker puts the work queue's refused messages."""
     return f"{queue}.deadletter"

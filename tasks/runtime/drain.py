@@ -69,7 +69,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
                 trim_live_text(client, time.time())
-                if broker is not None and time.monotonic() >= next_lost_check:
+                if time.monotonic() >= next_lost_check:  # on RabbitMQ (broker None): only forgets finished owners
                     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
                     for owner_id in sweep_lost_messages(client, broker, app, settings):
                         log.warning("republished %s: the broker lost its message before it started", owner_id)

@@ -38,15 +38,17 @@ def _redis(stack) -> redis.Redis:
 
 
 def test_a_turn_and_a_coding_run_complete(broker_stack, tmp_path):
-    """A chat turn and a coding run (a write tool, then a reply) complete, the write once."""
+    """Two chat turns sent back to back (the second deferred behind the first, a countdown through the broker)
+    complete in order, and a coding run (a write tool, then a reply) completes, the write once."""
     stack = broker_stack
     stack.fake_api.set_handler(
-        Script([text("hello over rabbit"), tool_call("record_note", {"note": "n"}), text("ran")])
+        Script([text("first"), text("second"), tool_call("record_note", {"note": "n"}), text("ran")])
     )
     stack.worker("a")
     client = stack.client()
-    result = client.wait(client.send_message("amqp-chat", "hi"), timeout=60)
-    assert result.status == "completed" and result.reply == "hello over rabbit"
+    refs = [client.send_message("amqp-chat", "hi"), client.send_message("amqp-chat", "and then")]
+    results = [client.wait(ref, timeout=60) for ref in refs]
+    assert [(r.status, r.reply) for r in results] == [("completed", "first"), ("completed", "second")]
     status = client.wait(client.start_run("write a note", workspace=tmp_path), timeout=60)
     assert status.status == "completed" and status.reply == "ran"
     assert counting_tools.calls(_redis(stack), "record_note") == 1

@@ -185,3 +185,13 @@ def test_a_rabbitmq_broker_gets_a_quorum_queue_with_dead_letters_and_no_visibili
     assert conf["broker_transport_options"] == {"confirm_publish": True}
     assert conf["broker_channel_error_retry"] is True and conf["worker_prefetch_multiplier"] == 1
     assert conf["worker_detect_quorum_queues"] is True
+
+
+def test_sub_second_countdowns_wait_a_whole_second_on_rabbitmq_only():
+    """RabbitMQ's native delayed delivery refuses a positive countdown below 1 s (kombu raises, and the message
+    was lost): such a countdown becomes 1 s there; zero stays immediate; Redis keeps the exact value."""
+    from config.topology import broker_countdown
+
+    amqp, plain = "amqp://guest:guest@rabbit:5672//", "redis://localhost:6379/0"
+    assert [broker_countdown(amqp, s) for s in (0, 0.2, 0.99, 1, 2.5)] == [0, 1.0, 1.0, 1, 2.5]
+    assert [broker_countdown(plain, s) for s in (0, 0.2, 2.5)] == [0, 0.2, 2.5]
