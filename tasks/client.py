@@ -8,7 +8,6 @@ import time
 import uuid
 from typing import Any, Literal
 
-import redis
 from celery import Celery
 
 from agent.events import TERMINAL_RUN, TERMINAL_TURN, TEXT_DELTA, Event, decode_event, encode_event
@@ -18,6 +17,7 @@ from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks.store import keys
 from tasks.store.approvals import Decision, decide, find_waiting
+from tasks.store.connect import new_store_client
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
@@ -68,7 +68,7 @@ def _check_id(value: object, what: str) -> str:
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
-        self.redis = redis.Redis.from_url(self.settings.redis_url)
+        self.redis = new_store_client(self.settings)
         self._celery = Celery("baton-client")
         self._celery.conf.update(celery_config(self.settings))
 
