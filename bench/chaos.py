@@ -185,6 +185,7 @@ class Config:
     backoff_scale: float = 0.0
     hold: float = 0.3
     keep: bool = False
+    broker: str = "redis"  # or "amqp": a private RabbitMQ node is the broker, the AOF Redis stays the store
 
 
 @dataclass
@@ -244,6 +245,11 @@ class Chaos:
 
         self.store = EmbeddedRedis(self.tmp / "store", aof=True).start()
         self._apply_fsync()
+        self.rabbitmq = None
+        if self.cfg.broker == "amqp":
+            from tests.support.rabbitmq import RabbitMQNode
+
+            self.rabbitmq = RabbitMQNode(self.tmp / "rabbitmq").start()
         self.counter = EmbeddedRedis(self.tmp / "counter").start()
         self.model = ChaosModel(self.cfg.seed + 1, self.cfg.fault_rate, self.cfg.stall_seconds)
         self.fake = FakeMessagesServer(self.model).start()
@@ -278,6 +284,7 @@ class Chaos:
             "BATON_MAX_INTERRUPTIONS": "50",
             "BATON_STREAM_IDLE_TIMEOUT": "2",
             HOLD_ENV: str(self.cfg.hold),
+            **({"BATON_BROKER_URL": self.rabbitmq.url} if self.rabbitmq is not None else {}),
         }
 
     def _client(self) -> Any:
@@ -308,7 +315,7 @@ class Chaos:
             self.client.close()
         with contextlib.suppress(Exception):
             self.fake.stop()
-        for server in (getattr(self, "store", None), getattr(self, "counter", None)):
+        for server in (getattr(self, "store", None), getattr(self, "counter", None), getattr(self, "rabbitmq", None)):
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.stop()
@@ -711,7 +718,10 @@ class Chaos:
             active = self.store_client.zscore(keys.ACTIVE, ref.owner)
             queued = [x.decode() for x in self.store_client.lrange(keys.queue(ref.owner), 0, -1)]
             task_id = rec.task_id if rec else ""
-            where = _broker_places(self.store_client, self.queue, task_id)
+            if self.rabbitmq is not None:  # RabbitMQ holds the messages: say how many its queue has
+                where = [f"RabbitMQ queue holds {self.rabbitmq.queues().get(self.queue, {}).get('messages')}"]
+            else:
+                where = _broker_places(self.store_client, self.queue, task_id)
             if where == ["nowhere"]:
                 where.append(_aof_story(self.store.dir, self.queue, task_id))
             fields = rec.model_dump(include={"status", "waiting_reason", "generation", "interruptions",
@@ -819,15 +829,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-every", default="4,12", help="seconds between chaos events: LO,HI (seeded uniform)")
     parser.add_argument("--backoff-scale", type=float, default=0.0, help="BATON_BACKOFF_SCALE (1 = production)")
     parser.add_argument("--keep", action="store_true", help="keep logs and data even on success")
+    parser.add_argument("--broker", choices=["redis", "amqp"], default="redis",
+                        help="the Celery broker: the store's Redis, or a private RabbitMQ node (rabbitmq-server)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the workers and servers we started
     lo, hi = (float(x) for x in args.event_every.split(","))
     cfg = Config(args.minutes, args.runs, args.chats, args.seed, workers=args.workers, fault_rate=args.fault_rate,
-                 event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep, backoff_scale=args.backoff_scale)
+                 event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep, backoff_scale=args.backoff_scale,
+                 broker=args.broker)
     if args.short:
         cfg = Config(0.75, 3, 3, args.seed, workers=2, fault_rate=args.fault_rate, event_every=(5.0, 8.0),
                      quiesce_timeout=90.0, appendfsync=args.appendfsync, keep=args.keep,
-                     backoff_scale=args.backoff_scale)
+                     backoff_scale=args.backoff_scale, broker=args.broker)
     return run(cfg)
 
 
@@ -837,7 +850,7 @@ def run(cfg: Config) -> int:
     started = time.monotonic()
     print(f"chaos: {cfg.minutes:g} min, {cfg.runs} runs + {cfg.chats} chats in flight, {cfg.workers} workers, "
           f"fault rate {cfg.fault_rate:g}, backoff scale {cfg.backoff_scale:g}, seed {cfg.seed}, appendfsync "
-          f"{cfg.appendfsync}; data in {chaos.tmp}",
+          f"{cfg.appendfsync}, broker {cfg.broker}; data in {chaos.tmp}",
           flush=True)
     try:
         chaos.start()

@@ -7,6 +7,7 @@ from typing import Any
 from kombu.serialization import registry
 
 from config.settings import Settings
+from config.topology import broker_kind, work_queue
 
 
 def forbid_pickle() -> None:
@@ -30,16 +31,13 @@ UNACKED_RESTORE_SECONDS = 5
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings derived from ours (and pickle removed from the process)."""
     forbid_pickle()
-    transport: dict[str, Any] = {
-        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
-        "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
-        "unacked_restore_throttle": 1,
-    }
-    return {
+    conf: dict[str, Any] = {
         "broker_url": settings.broker,
-        "result_backend": settings.redis_url,
-        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
-        "broker_transport_options": transport,
+        "result_backend": settings.result_backend,
+        "result_backend_transport_options": {
+            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+            **sentinel_options(settings),
+        },
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -56,4 +54,49 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # The STARTED state is stored before a task's body runs: with the store down that write failed "outside
+        # the body" and the message was acknowledged, its unit never run (with RabbitMQ as the broker, workers
+        # keep receiving messages through a Redis outage). Retried instead, for up to ~2 min.
+        "result_backend_always_retry": True,
+        "result_backend_max_retries": 20,
+    }
+    conf.update(amqp_options(settings) if broker_kind(settings.broker) == "amqp" else redis_options(settings))
+    return conf
+
+
+def sentinel_options(settings: Settings) -> dict[str, Any]:
+    """The transport options a `sentinel://` URL needs: which master the Sentinels are asked for."""
+    return {"master_name": settings.redis_master} if settings.sentinels else {}
+
+
+def redis_options(settings: Settings) -> dict[str, Any]:
+    """The Redis transport: a visibility timeout (its only redelivery) and a frequent restore sweep."""
+    transport: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+        "unacked_restore_interval": UNACKED_RESTORE_SECONDS,
+        "unacked_restore_throttle": 1,
+    }
+    if settings.broker.startswith("sentinel://"):
+        transport.update(sentinel_options(settings))
+    return {"broker_transport_options": transport}
+
+
+def amqp_options(settings: Settings) -> dict[str, Any]:
+    """RabbitMQ, as Celery documents it for quorum queues (5.5+).
+
+    No visibility timeout exists here: an unacknowledged message comes back when its consumer's channel
+    closes (a worker lost, or the broker's `consumer_timeout`). A channel the broker closes is a channel error,
+    not a connection error: without `broker_channel_error_retry` the consumer dies with "Unrecoverable error"
+    (celery#6760) and the worker exits; with it the consumer reconnects and goes on, and the copy the broker
+    redelivered meanwhile is turned away by the unit's lease (or its finished record).
+    """
+    return {
+        "task_queues": [work_queue(settings.queue)],
+        "task_default_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "task_create_missing_queue_type": "quorum",
+        "worker_detect_quorum_queues": True,  # per-consumer prefetch: quorum queues refuse global QoS
+        "broker_native_delayed_delivery_queue_type": "quorum",
+        "broker_channel_error_retry": True,
+        "broker_transport_options": {"confirm_publish": True},  # a publish returns once the broker has it
     }

@@ -23,6 +23,10 @@ class Settings(BaseSettings):
 
     redis_url: str = Field("redis://localhost:6379/0", pattern=r"^(redis|rediss|unix)://")
     broker_url: str | None = Field(None, pattern=r"^(redis|rediss|unix|amqp|amqps)://")
+    # Redis Sentinel for the store (and the broker, unless BATON_BROKER_URL names another): `host:port,...`
+    # and the monitored master's name. BATON_REDIS_URL then gives only the password and the database number.
+    redis_sentinels: str = Field("", pattern=r"^(\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*)?$")
+    redis_master: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     provider: Literal["anthropic", "scripted"] = "anthropic"
     model: str = Field(DEFAULT_MODEL, min_length=1)
     tools: str = ""
@@ -75,16 +79,54 @@ class Settings(BaseSettings):
             object.__setattr__(self, "broker_url", self.redis_url)
         return self
 
+    @model_validator(mode="after")
+    def _sentinels_need_a_master(self) -> Settings:
+        if bool(self.redis_sentinels.strip()) != bool(self.redis_master):
+            # Reported under BATON_REDIS_MASTER: the two come together.
+            raise ValueError("BATON_REDIS_SENTINELS and BATON_REDIS_MASTER must be set together")
+        return self
+
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """The Sentinel addresses, in order; empty when the store is a plain Redis."""
+        out = []
+        for item in self.redis_sentinels.split(","):
+            if item.strip():
+                host, _, port = item.strip().rpartition(":")
+                out.append((host, int(port)))
+        return out
+
     @property
     def broker(self) -> str:
-        return self.broker_url or self.redis_url
+        """The Celery broker URL: through the Sentinels too when the broker is the store."""
+        url = self.broker_url or self.redis_url
+        if self.sentinels and url == self.redis_url:
+            return sentinel_url(self)
+        return url
+
+    @property
+    def result_backend(self) -> str:
+        """Celery's result backend: the store, through the Sentinels when there are some."""
+        return sentinel_url(self) if self.sentinels else self.redis_url
+
+
+def sentinel_url(settings: Settings) -> str:
+    """Celery's and kombu's form: `sentinel://[:password@]host:port/db;sentinel://...` (master name apart)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(settings.redis_url)
+    auth = ""
+    if parts.password is not None:
+        auth = f"{parts.username or ''}:{parts.password}@"
+    db = (parts.path or "/0").lstrip("/") or "0"
+    return ";".join(f"sentinel://{auth}{host}:{port}/{db}" for host, port in settings.sentinels)
 
 
 def _explain(err: ValidationError) -> str:
     lines = []
     for problem in err.errors():
-        field = str(problem["loc"][0]) if problem["loc"] else "settings"
-        variable = f"BATON_{field.upper()}"
+        # A check across fields (no location) names its variables in its own message.
+        variable = f"BATON_{str(problem['loc'][0]).upper()}" if problem["loc"] else "settings"
         raw = os.environ.get(variable)
         shown = f" (got {raw!r})" if raw is not None else ""
         lines.append(f"{variable}: {problem['msg']}{shown}")

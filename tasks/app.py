@@ -19,6 +19,8 @@ INCLUDE = [
     "tasks.runtime.logs",
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
+    "tasks.runtime.topology",
+    "tasks.runtime.kombu_fixes",
 ]
 
 settings = current()

@@ -8,16 +8,16 @@ import time
 import uuid
 from typing import Any, Literal
 
-import redis
 from celery import Celery
 
-from agent.events import TEXT_DELTA, Event, decode_event, encode_event
+from agent.events import TERMINAL_RUN, TERMINAL_TURN, TEXT_DELTA, Event, decode_event, encode_event
 from agent.messages import Message
 from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
 from tasks.store import keys
 from tasks.store.approvals import Decision, decide, find_waiting
+from tasks.store.connect import new_store_client
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
@@ -32,6 +32,20 @@ redis.call('HSET', KEYS[1], 'status', '"queued"', 'waiting_reason', 'null', 'upd
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1
 """
+
+
+# Events after which a waiting caller reads the record again: the ones written with an ending or a park.
+_WAKING = frozenset({*TERMINAL_TURN, *TERMINAL_RUN, "tool.approval_requested"})
+
+
+def _ends_or_parks(raw: bytes | str) -> bool:
+    data = raw.encode() if isinstance(raw, str) else raw
+    if b'"text.delta"' in data:
+        return False
+    try:
+        return bool(json.loads(data).get("type") in _WAKING)
+    except ValueError:
+        return True  # unreadable: read the record rather than miss an ending
 
 
 class ValidationError(ValueError):
@@ -54,7 +68,7 @@ def _check_id(value: object, what: str) -> str:
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
-        self.redis = redis.Redis.from_url(self.settings.redis_url)
+        self.redis = new_store_client(self.settings)
         self._celery = Celery("baton-client")
         self._celery.conf.update(celery_config(self.settings))
 
@@ -154,9 +168,11 @@ class Client:
         else:
             owner, unit = keys.owner("chat", ref.chat_id), ref.turn_id
         deadline = time.monotonic() + timeout
-        last_id = "0-0"
+        key = keys.events(owner)
+        tail = stream_entries(self.redis.xrevrange(key, count=1))
+        last_id = tail[0][0] if tail else "0-0"  # taken before the record is read: no later event is missed
+        rec = load_record(self.redis, owner, unit)  # the record is the truth; events only say when to read it
         while True:
-            rec = load_record(self.redis, owner, unit)  # the record is the truth; events only wake us
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
             # A unit parked for approval waits for a person, not for us: hand it back to the caller to decide.
@@ -164,9 +180,13 @@ class Client:
             if rec.terminal or parked or time.monotonic() >= deadline:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            found = self.redis.xread({keys.events(owner): last_id}, block=block_ms, count=100)
-            for stream_id, _fields in read_entries(found or []):
-                last_id = stream_id
+            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=500) or [])
+            if entries:
+                last_id = entries[-1][0]
+            # Live text and progress events wake us many times a second; only an ending (or a quiet second) is
+            # worth a read of the record.
+            if not entries or any(_ends_or_parks(fields.get(b"e", b"")) for _, fields in entries):
+                rec = load_record(self.redis, owner, unit)
 
     # -- either kind -----------------------------------------------------------------------------
 

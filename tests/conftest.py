@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.fake_anthropic import FakeMessagesServer
 from tests.support.processes import REPO, RedisServer, Worker
+from tests.support.rabbitmq import RabbitMQNode, find_rabbitmq_server
 from tests.support.web_server import ApiServer
 
 FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
@@ -106,3 +107,27 @@ def serve(stack: Stack) -> Iterator:
     yield start
     for server in servers:
         server.stop()
+
+
+def _rabbitmq_or_skip(tmp_path: Path, **options: int) -> RabbitMQNode:
+    if find_rabbitmq_server() is None:
+        pytest.skip("rabbitmq-server is not installed (Debian: apt-get install rabbitmq-server; .ci/run does)")
+    return RabbitMQNode(tmp_path, **options).start()
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQNode]:
+    """A private RabbitMQ node shared by a module's tests (each test has its own queue); default timeouts."""
+    node = _rabbitmq_or_skip(tmp_path_factory.mktemp("rabbitmq"))
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def amqp_stack(rabbitmq: RabbitMQNode, redis_server: RedisServer, fake_api: FakeMessagesServer,
+               tmp_path: Path) -> Iterator[Stack]:
+    """As `stack`, with the private RabbitMQ node as broker (Redis stays the store and result backend)."""
+    s = Stack(redis_server, fake_api, tmp_path)
+    s.env["BATON_BROKER_URL"] = rabbitmq.url
+    yield s
+    s.stop()

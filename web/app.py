@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
 from tasks.client import Client
+from tasks.store.connect import new_async_store_client
 from web import errors, routes_approvals, routes_chats, routes_runs
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
@@ -38,8 +39,8 @@ log = logging.getLogger("baton.web")
 def stream_store(settings: Settings) -> aioredis.Redis:
     """The async Redis the streams read from: one connection per open stream (a blocked XREAD holds one),
     so the pool is as large as `BATON_API_REDIS_CONNECTIONS`; a burst past it waits briefly for one."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url,
+    return new_async_store_client(
+        settings,
         max_connections=settings.api_redis_connections,
         timeout=5,
         client_name="baton-web",
@@ -48,7 +49,6 @@ def stream_store(settings: Settings) -> aioredis.Redis:
         socket_connect_timeout=5,
         health_check_interval=30,
     )
-    return aioredis.Redis(connection_pool=pool)
 
 
 def create_app(settings: Settings | None = None, client: Client | None = None) -> FastAPI:

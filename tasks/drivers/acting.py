@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery import Task
 from celery.exceptions import Ignore, Reject
 
+from config.topology import broker_countdown
+from tasks.app import settings
+from tasks.execution.flow import Execution
 from tasks.execution.settling import HandOff, Outcome
 
 log = logging.getLogger("baton.tasks")
@@ -19,6 +23,29 @@ class PlatformInterrupt(Exception):
 
 class AutoResume(Exception):
     """A retryable provider failure after a tool round; retried once, resuming from the stored round."""
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached; the message is published again to try later."""
+
+
+STORE_RETRY_SECONDS = 1.0
+
+
+def execute(task: Task, execution: Execution) -> dict[str, Any]:
+    """Run the execution and act on its outcome; a store outage requeues the message instead of losing it.
+
+    With RabbitMQ as the broker, workers keep receiving messages while Redis is down; a task that failed on
+    the store would be acknowledged and its unit never started (nothing else republishes it there). A copy
+    published for later is harmless if the unit had started: the lease or its finished record turns it away.
+    """
+    try:
+        outcome = execution.run()
+    except redis.RedisError as err:
+        log.warning("the store is unreachable (%s); message %s published again in %gs", err, task.request.id,
+                    STORE_RETRY_SECONDS)
+        raise task.retry(countdown=STORE_RETRY_SECONDS, exc=StoreUnavailable(str(err)), max_retries=None) from err
+    return act(task, outcome)
 
 
 def act(task: Task, outcome: Outcome) -> dict[str, Any]:
@@ -33,11 +60,14 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
     if outcome.action == "defer":
         # Same task id, so clients and Flower keep one identity; the original message is acked.
         task.apply_async(
-            args=task.request.args, kwargs=task.request.kwargs, task_id=task.request.id, countdown=outcome.countdown
+            args=task.request.args,
+            kwargs=task.request.kwargs,
+            task_id=task.request.id,
+            countdown=broker_countdown(settings.broker, outcome.countdown),
         )
         raise Ignore()
     exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
-    raise task.retry(countdown=outcome.countdown, exc=exc, max_retries=None)
+    raise task.retry(countdown=broker_countdown(settings.broker, outcome.countdown), exc=exc, max_retries=None)
 
 
 def hand_off(task: Task, nxt: HandOff) -> None:

@@ -64,7 +64,7 @@ class Execution(Settling):
         self.unit = unit
         self.hostname = hostname
         self.task_id = task_id
-        self.client = wiring.redis_client(settings.redis_url)
+        self.client = wiring.store(settings)
         self.cancel = CancelToken()
         self.live: RedisLiveText | None = None
 

@@ -17,13 +17,26 @@ from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
 from agent.workspace import workspace_tools
 from config.settings import Settings
-from tasks.store import keys
+from tasks.store import connect, keys
 
 
 @lru_cache(maxsize=8)
 def redis_client(url: str) -> redis.Redis:
     """One pooled client per URL per process (a forked pool child builds its own on first use)."""
     return redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+
+
+def store(settings: Settings) -> redis.Redis:
+    """The process's pooled client of the store (plain Redis, or the master the Sentinels name)."""
+    if not settings.sentinels:
+        return redis_client(settings.redis_url)
+    return connect.store_client(settings)
+
+
+def forget_clients() -> None:
+    """Drop every pooled client (a forked pool child must not share its parent's sockets)."""
+    redis_client.cache_clear()
+    connect.forget_clients()
 
 
 class RedisCounter:

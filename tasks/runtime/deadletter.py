@@ -3,6 +3,8 @@
 A pickle (refused by `accept_content`), a body that is not JSON, an unknown task name, or
 arguments that fail validation are logged with the problem, recorded here, and acknowledged or
 rejected without requeue, so they are never redelivered forever and the worker stays healthy.
+On RabbitMQ every one of them is rejected (never acknowledged), so the broker also dead-letters the
+message itself, whole, into the work queue's dead-letter queue (config/topology.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
+from config.topology import broker_kind
 from tasks.app import settings
 from tasks.execution import wiring
 
@@ -32,7 +35,7 @@ def record(reason: str, *, headers: dict[str, Any] | None = None, content_type: 
              "content_type": content_type, "body": preview[:2000]}
     log.error("dead-lettered message %s (%s): %s", entry["id"], entry["task"], reason)
     try:
-        client = wiring.redis_client(settings.redis_url)
+        client = wiring.store(settings)
         pipe = client.pipeline()
         pipe.lpush(DEADLETTER, json.dumps(entry))
         pipe.ltrim(DEADLETTER, 0, DEADLETTER_MAX - 1)
@@ -52,6 +55,11 @@ class DeadLetterConsumer(Consumer):
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         record(f"undecodable or refused content: {exc}", **_describe(message))
+        if broker_kind(settings.broker) == "amqp":
+            # Celery acknowledges such a message (gone for good); a reject lets RabbitMQ dead-letter it.
+            log.critical("refused a message it cannot decode (%s); rejected to the dead-letter queue", exc)
+            message.reject_log_error(log, self.connection_errors)
+            return
         super().on_decode_error(message, exc)
 
     def on_unknown_message(self, body: Any, message: Any) -> None:

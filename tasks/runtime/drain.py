@@ -18,10 +18,12 @@ import threading
 import time
 from typing import Any
 
+import redis
 from celery import signals
 
 from agent import commands
 from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
+from config.topology import broker_kind
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.approval_expiry import expire_approvals
@@ -40,7 +42,7 @@ _sandbox_notice: list[tuple[int, str]] = []
 def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_: Any) -> None:
     hostname = str(sender)
     try:
-        wiring.redis_client(settings.redis_url).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
+        wiring.store(settings).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
     except Exception:  # a shutdown must go on even if Redis is gone
         log.exception("drain: could not set the drain flag for %s", hostname)
@@ -52,11 +54,14 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     hostname = getattr(sender, "hostname", None) or str(sender)
     for level, message in _sandbox_notice:
         log.log(level, "sandbox: %s", message)
-    client = wiring.redis_client(settings.redis_url)
+    client = wiring.store(settings)
     client.delete(keys.drain(hostname))
     interval = min(2.0, settings.lease_ttl / 4)
-    # Lost broker messages can be looked for only in a Redis broker (an AMQP broker does not lose them this way).
-    broker = wiring.redis_client(settings.broker) if settings.broker.startswith(("redis", "unix")) else None
+    # Lost broker messages can be looked for only in a Redis broker: kombu's Redis transport pops a message
+    # before recording it as unacked. RabbitMQ keeps an unacknowledged message until its consumer's channel
+    # closes and then redelivers it, so no republish is needed there (and one while a copy is queued would
+    # only make a second copy for the lease to turn away).
+    broker = lost_message_broker()
 
     def loop() -> None:
         next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
@@ -67,7 +72,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                 trim_live_text(client, time.time())
                 for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
                     log.info("approval of %s expired: denied", tool_use_id)
-                if broker is not None and time.monotonic() >= next_lost_check:
+                if time.monotonic() >= next_lost_check:  # on RabbitMQ (broker None): only forgets finished owners
                     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
                     for owner_id in sweep_lost_messages(client, broker, app, settings):
                         log.warning("republished %s: the broker lost its message before it started", owner_id)
@@ -75,6 +80,15 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                 log.exception("recovery sweep failed; trying again")
 
     threading.Thread(target=loop, name="baton-sweeper", daemon=True).start()
+
+
+def lost_message_broker() -> redis.Redis | None:
+    """The Redis the broker's queue and unacked hash live in, or None for RabbitMQ (nothing to look for)."""
+    if broker_kind(settings.broker) == "amqp":
+        return None
+    if settings.broker.startswith("sentinel://"):
+        return wiring.store(settings)  # the broker is the store, reached through the same Sentinels
+    return wiring.redis_client(settings.broker)
 
 
 @signals.worker_init.connect
@@ -133,4 +147,4 @@ def _refuse_to_start(variable: str, err: Exception) -> None:
 @signals.worker_process_init.connect
 def _on_child_start(**_: Any) -> None:
     # A forked child must not share the parent's sockets.
-    wiring.redis_client.cache_clear()
+    wiring.forget_clients()

@@ -133,7 +133,7 @@ def pending_check_seconds(settings: Settings) -> float:
 
 
 def sweep_lost_messages(
-    client: redis.Redis, broker: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None
+    client: redis.Redis, broker: redis.Redis | None, app: Celery, settings: Settings, *, now: float | None = None
 ) -> list[str]:
     """Republish units whose broker message vanished before they started; returns the owners republished.
 
@@ -142,7 +142,8 @@ def sweep_lost_messages(
     both). Every owner with unfinished work is in `keys.PENDING` from its enqueue until it has nothing left to
     start; an unstarted unit due for a check has its message looked for in the queue and the unacked hash, and is
     republished under the same task id when it is in neither. A needless copy (one caught in flight) is harmless:
-    the lease, or the finished record, turns the second copy away.
+    the lease, or the finished record, turns the second copy away. With no Redis broker to look in (`broker`
+    None: RabbitMQ, which does not lose a delivered message this way) it only forgets owners with nothing left.
     """
     now = time.time() if now is None else now
     due = scored_texts(
@@ -161,7 +162,7 @@ def sweep_lost_messages(
             client.eval(_FORGET, 1, keys.PENDING, owner_id, score)
             continue
         client.zadd(keys.PENDING, {owner_id: now}, xx=True)  # checked: next look one period from now
-        if rec.status == "running" or client.exists(keys.lease(owner_id)):
+        if broker is None or rec.status == "running" or client.exists(keys.lease(owner_id)):
             continue  # started: the lease and the recovery sweep look after it
         if messages is None:
             messages = b"\n".join([*blobs(broker.lrange(settings.queue, 0, -1)), *blobs(broker.hvals(KOMBU_UNACKED))])

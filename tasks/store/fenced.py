@@ -84,6 +84,10 @@ class Batch:
         return bool(self.ops)
 
 
+class ReplicationUnconfirmed(Exception):
+    """A write the store's replicas did not confirm in time: a failover now could lose it."""
+
+
 class Fence:
     """Writes batches under one lease token; raises `LeaseLost` when the lease is no longer ours.
 
@@ -99,12 +103,26 @@ class Fence:
         self._lock = threading.Lock()
         self.prelude: Callable[[], Batch] | None = None
 
-    def commit(self, batch: Batch) -> None:
+    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> None:
+        """Write the batch under the lease; with `replicas`, also wait (WAIT, on the same connection) until that
+        many replicas have it, raising `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
         with self._lock:
             if self.prelude is not None:
                 batch = self.prelude().extend(batch)
             if not batch:
                 return
-            ok = self._script(keys=[self._lease_key, *batch.keys], args=[self._token, json.dumps(batch.ops)])
+            keys, args = [self._lease_key, *batch.keys], [self._token, json.dumps(batch.ops)]
+            acked = replicas
+            if not replicas:
+                ok = self._script(keys=keys, args=args)
+            else:
+                pipe = self._client.pipeline(transaction=False)  # one connection: WAIT counts its writes
+                self._script(keys=keys, args=args, client=pipe)
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+                ok, acked = pipe.execute()
         if not ok:
             raise LeaseLost(f"lease {self._lease_key} is held by another execution")
+        if replicas and int(acked) < replicas:
+            raise ReplicationUnconfirmed(
+                f"{acked} of {replicas} replicas confirmed the write within {timeout_ms} ms"
+            )

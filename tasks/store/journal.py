@@ -12,14 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
+from redis.sentinel import SentinelConnectionPool
 
 from agent.edge import EventDraft
 from agent.events import encode_event
 from tasks.store import keys
-from tasks.store.fenced import Batch, Fence
+from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
 from tasks.store.replies import text
 
 JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
+REPLICA_CONFIRM_MS = 2000  # how long a write tool waits for a replica to have its write-ahead entry
 
 
 class RedisJournal:
@@ -47,6 +49,9 @@ class RedisJournal:
             text(k): json.loads(v) for k, v in (client.hgetall(self.key) if loaded is None else loaded).items()
         }
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
+        # Behind Sentinel, a write tool's write-ahead entry must reach a replica before the tool runs: Redis
+        # replicates asynchronously, and a failover that lost the entry would let a replay run the tool again.
+        self.confirm_replicas = 1 if isinstance(client.connection_pool, SentinelConnectionPool) else 0
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive
@@ -70,7 +75,16 @@ class RedisJournal:
                 fields["usage"] = record["unit_usage"]
             batch.hset(self.record_key, fields)
         self.add_events(batch, events)
-        self._fence.commit(batch)
+        if record.get("status") == "committing" and self.confirm_replicas:
+            try:
+                self._fence.commit(batch, replicas=self.confirm_replicas, timeout_ms=REPLICA_CONFIRM_MS)
+            except ReplicationUnconfirmed as err:
+                raise ReplicationUnconfirmed(
+                    f"the write tool {record.get('name')!r} was not run: {err}, so a failover could lose its "
+                    "write-ahead entry and a replay run it twice"
+                ) from None
+        else:
+            self._fence.commit(batch)
         if record.get("status") == "done" and step_id != "seed":
             self.done_steps += 1
         self.steps[step_id] = record

@@ -344,3 +344,38 @@ def test_workers_can_run_the_sandbox_without_privilege(services):
             "systempaths=unconfined",
         }, name
         assert "BATON_SANDBOX" in env_dict(svc), name
+
+
+RABBITMQ_FILE = REPO / "docker-compose.rabbitmq.yml"
+
+
+def test_the_rabbitmq_variant_points_every_celery_service_at_a_durable_rabbitmq():
+    """docker-compose.rabbitmq.yml adds RabbitMQ (password from the environment, data on a volume, a
+    healthcheck, consumer_timeout above the run wall clock) and gives workers and Flower an amqp:// broker."""
+    with RABBITMQ_FILE.open(encoding="utf-8") as fh:
+        override = yaml.safe_load(fh)
+    services = override["services"]
+    rabbit = services["rabbitmq"]
+    assert SECRET_REF.match(env_dict(rabbit)["RABBITMQ_DEFAULT_PASS"])
+    assert any(v.startswith("rabbitmq-data:") for v in rabbit["volumes"]) and "rabbitmq-data" in override["volumes"]
+    assert rabbit["healthcheck"]["test"] and "ports" not in rabbit
+    timeout_ms = int(env_dict(rabbit)["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"].split("consumer_timeout")[1].split()[0])
+    assert timeout_ms / 1000 > 4 * 3600  # above BATON_RUN_WALL_CLOCK's default
+    for name in ("worker1", "worker2", "flower"):
+        assert env_dict(services[name])["BATON_BROKER_URL"].startswith("amqp://baton:${RABBITMQ_PASSWORD")
+        assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+    assert "RABBITMQ_PASSWORD=" in ENV_EXAMPLE.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("front_end", ["docker-compose", "docker compose"])
+def test_compose_config_validates_with_the_rabbitmq_variant(front_end):
+    """`config -q` accepts the base file with the RabbitMQ override, given dummy secrets."""
+    command = front_end.split()
+    if command not in compose_commands():
+        pytest.skip(f"`{front_end}` is not installed")
+    env = {**os.environ, **DUMMY_ENV, "RABBITMQ_PASSWORD": "dummy-rabbitmq-password"}
+    result = subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "-f", str(RABBITMQ_FILE), "config", "-q"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr

@@ -139,3 +139,66 @@ def test_the_api_token_setting_is_a_secret(monkeypatch):
     assert load_settings().api_token is None
     monkeypatch.delenv("BATON_API_TOKEN")
     assert load_settings().api_token is None and load_settings().api_ping_interval == 15
+
+
+def test_sentinels_and_master_give_sentinel_urls_for_celery_keeping_password_and_db(monkeypatch):
+    """BATON_REDIS_SENTINELS + BATON_REDIS_MASTER: Celery's broker and result backend go through the Sentinels,
+    with the password and database number of BATON_REDIS_URL (its host and port are ignored)."""
+    from config.celeryconfig import celery_config
+
+    monkeypatch.setenv("BATON_REDIS_URL", "redis://:s3cret@ignored:1/4")
+    monkeypatch.setenv("BATON_REDIS_SENTINELS", "10.0.0.1:26379, 10.0.0.2:26380")
+    monkeypatch.setenv("BATON_REDIS_MASTER", "baton")
+    s = load_settings()
+    assert s.sentinels == [("10.0.0.1", 26379), ("10.0.0.2", 26380)]
+    expected = "sentinel://:s3cret@10.0.0.1:26379/4;sentinel://:s3cret@10.0.0.2:26380/4"
+    assert s.broker == expected and s.result_backend == expected
+    conf = celery_config(s)
+    assert conf["broker_transport_options"]["master_name"] == "baton"
+    assert conf["result_backend_transport_options"]["master_name"] == "baton"
+    monkeypatch.setenv("BATON_BROKER_URL", "amqp://guest:guest@rabbit:5672//")
+    s = load_settings()
+    assert s.broker == "amqp://guest:guest@rabbit:5672//" and s.result_backend == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"BATON_REDIS_SENTINELS": "h:26379"}, "BATON_REDIS_MASTER"),
+        ({"BATON_REDIS_MASTER": "baton"}, "BATON_REDIS_SENTINELS"),
+        ({"BATON_REDIS_SENTINELS": "no-port", "BATON_REDIS_MASTER": "baton"}, "BATON_REDIS_SENTINELS"),
+    ],
+)
+def test_half_a_sentinel_setting_fails_naming_the_variables(monkeypatch, env, named):
+    """A Sentinel list without a master name (or the reverse, or an address without a port) fails at start."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=named):
+        load_settings()
+
+
+def test_a_rabbitmq_broker_gets_a_quorum_queue_with_dead_letters_and_no_visibility_timeout(monkeypatch):
+    """amqp:// brokers: a quorum work queue on a topic exchange dead-lettering to Baton's DLQ, publisher confirms,
+    channel-error retry, per-consumer prefetch 1; the Redis transport's visibility timeout is not set."""
+    from config.celeryconfig import celery_config
+
+    monkeypatch.setenv("BATON_BROKER_URL", "amqp://guest:guest@rabbit:5672//")
+    monkeypatch.setenv("BATON_QUEUE", "work")
+    conf = celery_config(load_settings())
+    (queue,) = conf["task_queues"]
+    assert (queue.name, queue.exchange.type, queue.routing_key) == ("work", "topic", "work")
+    assert queue.queue_arguments["x-queue-type"] == "quorum"
+    assert queue.queue_arguments["x-dead-letter-exchange"] == "baton.deadletter"
+    assert conf["broker_transport_options"] == {"confirm_publish": True}
+    assert conf["broker_channel_error_retry"] is True and conf["worker_prefetch_multiplier"] == 1
+    assert conf["worker_detect_quorum_queues"] is True
+
+
+def test_sub_second_countdowns_wait_a_whole_second_on_rabbitmq_only():
+    """RabbitMQ's native delayed delivery refuses a positive countdown below 1 s (kombu raises, and the message
+    was lost): such a countdown becomes 1 s there; zero stays immediate; Redis keeps the exact value."""
+    from config.topology import broker_countdown
+
+    amqp, plain = "amqp://guest:guest@rabbit:5672//", "redis://localhost:6379/0"
+    assert [broker_countdown(amqp, s) for s in (0, 0.2, 0.99, 1, 2.5)] == [0, 1.0, 1.0, 1, 2.5]
+    assert [broker_countdown(plain, s) for s in (0, 0.2, 2.5)] == [0, 0.2, 2.5]

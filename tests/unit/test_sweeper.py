@@ -72,6 +72,19 @@ def test_finished_units_leave_the_pending_set(store):
     assert store.zcard(keys.PENDING) == 0 and app.sent == []
 
 
+def test_with_no_redis_broker_to_look_in_nothing_is_republished_and_finished_units_are_forgotten(store):
+    """RabbitMQ (broker None): an unstarted unit is never republished (its message cannot be looked for, and a
+    copy while it is queued would be a duplicate), but finished owners still leave the pending set."""
+    unstarted = _run(store)
+    done = keys.owner("run", "r2")
+    rec = UnitRecord(kind="run", owner_id=done, unit_id="r2", status="completed", task_id="t2", text="goal")
+    store.hset(keys.record(done, "r2"), mapping=rec.to_hash())
+    store.zadd(keys.PENDING, {unstarted: time.time() - 100, done: time.time() - 100})
+    app = FakeApp()
+    assert sweep_lost_messages(store, None, app, SETTINGS) == []
+    assert app.sent == [] and [m.decode() for m in store.zrange(keys.PENDING, 0, -1)] == [unstarted]
+
+
 def test_a_running_unit_with_an_expired_lease_is_requeued_as_an_interruption(store):
     """The lease sweep requeues a running unit whose heartbeat stopped, counting one interruption."""
     owner = _run(store, status="running")

@@ -1,0 +1,211 @@
+"""The broker-facing guarantees on both brokers: Redis, and RabbitMQ (a private rabbitmq-server node).
+
+A turn and a coding run, a SIGTERM drain and a SIGKILL recovery run on each (`broker_stack` is parametrized);
+poison messages on RabbitMQ are dead-lettered by the broker itself (on Redis: test_hostile_input.py). The
+consumer-timeout scenario is in test_rabbitmq_timeout.py, on a node of its own with the timeout in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+import uuid
+
+import pytest
+import redis
+from kombu import Connection, Exchange, Producer
+
+from config.topology import dead_letter_queue, dead_letter_queue_name
+from tests.support import counting_tools
+from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.rabbitmq import RabbitMQNode
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker_stack(request):
+    """The test's stack with Redis as the broker, then with the module's RabbitMQ node as the broker."""
+    return request.getfixturevalue("stack" if request.param == "redis" else "amqp_stack")
+
+STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
+DEADLETTER = "baton:deadletter"
+
+
+def _redis(stack) -> redis.Redis:
+    return redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
+
+
+def test_a_turn_and_a_coding_run_complete(broker_stack, tmp_path):
+    """Two chat turns sent back to back (the second deferred behind the first, a countdown through the broker)
+    complete in order, and a coding run (a write tool, then a reply) completes, the write once."""
+    stack = broker_stack
+    stack.fake_api.set_handler(
+        Script([text("first"), text("second"), tool_call("record_note", {"note": "n"}), text("ran")])
+    )
+    stack.worker("a")
+    client = stack.client()
+    refs = [client.send_message("amqp-chat", "hi"), client.send_message("amqp-chat", "and then")]
+    results = [client.wait(ref, timeout=60) for ref in refs]
+    assert [(r.status, r.reply) for r in results] == [("completed", "first"), ("completed", "second")]
+    status = client.wait(client.start_run("write a note", workspace=tmp_path), timeout=60)
+    assert status.status == "completed" and status.reply == "ran"
+    assert counting_tools.calls(_redis(stack), "record_note") == 1
+
+
+def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):
+    """The worker declares the work queue as a quorum queue dead-lettering into `<queue>.deadletter` (declared
+    too); a turn leaves nothing behind in it."""
+    stack = amqp_stack
+    stack.fake_api.set_handler(Script([text("hello over rabbit")]))
+    stack.worker("a")
+    client = stack.client()
+    assert client.wait(client.send_message("amqp-chat", "hi"), timeout=60).status == "completed"
+    queues = rabbitmq.queues()
+    work = queues[stack.queue]
+    assert work["type"] == "quorum"
+    assert work["arguments"]["x-dead-letter-exchange"] == "baton.deadletter"
+    assert queues[dead_letter_queue_name(stack.queue)]["type"] == "quorum"
+    assert int(work["messages"]) == 0
+
+
+def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write_once(broker_stack, tmp_path, request):
+    """SIGTERM on the worker mid-run: it drains within 5 s, its requeue is published at once (on RabbitMQ: no
+    countdown through the delayed queues), the other worker resumes and finishes the run, each write once."""
+    stack = broker_stack
+    stack.fake_api.set_handler(
+        Script([tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("done")])
+    )
+    worker_a = stack.worker("a")
+    client = stack.client()
+    ref = client.start_run("two notes", workspace=tmp_path)
+    assert stack.fake_api.wait_for_requests(3, timeout=30)
+    stack.worker("b")
+    started = time.monotonic()
+    worker_a.terminate()
+    worker_a.wait_exit(timeout=15)
+    drained = time.monotonic() - started
+    assert stack.fake_api.wait_for_requests(4, timeout=30)
+    resumed = time.monotonic() - started
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "done" and status.interruptions == 1
+    assert drained <= 5.0, f"drain took {drained:.2f}s"
+    assert counting_tools.calls(_redis(stack), "record_note") == 2
+    assert stack.fake_api.requests[3]["messages"] == stack.fake_api.requests[2]["messages"]
+    broker = request.node.callspec.params["broker_stack"]
+    print(f"\n{broker} drain: worker exited {drained:.2f}s after SIGTERM; the other worker resumed at {resumed:.2f}s")
+
+
+def test_a_sigkilled_workers_run_is_recovered_by_the_lease_sweep(broker_stack, tmp_path, request):
+    """SIGKILL the worker holding a run: the other worker's lease sweep requeues the unit within 1.5 lease TTLs
+    (RabbitMQ also returns the message at once, its connection closed: that copy finds the lease still held and
+    is dropped); the write runs once and the run completes once."""
+    stack = broker_stack
+    ttl = 3.0
+    env = {"BATON_LEASE_TTL": str(ttl)}
+    stack.fake_api.set_handler(Script([tool_call("record_note", {"note": "x"}), STALL, text("recovered")]))
+    worker_a = stack.worker("a", **env)
+    client = stack.client(**env)
+    ref = client.start_run("survive a crash", workspace=tmp_path)
+    assert stack.fake_api.wait_for_requests(2, timeout=30)
+    stack.worker("b", **env)
+    killed = time.monotonic()
+    worker_a.kill9()
+    assert stack.fake_api.wait_for_requests(3, timeout=30)
+    recovered = time.monotonic() - killed
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "recovered"
+    assert counting_tools.calls(_redis(stack), "record_note") == 1
+    causes = [e.model_extra["cause"] for e in client.events(ref.run_id) if e.type == "run.interrupted"]
+    assert causes == ["worker_lost"]
+    assert [e.type for e in client.events(ref.run_id)].count("run.completed") == 1
+    assert recovered <= 1.5 * ttl, f"resumed {recovered:.2f}s after SIGKILL (lease TTL {ttl}s)"
+    broker = request.node.callspec.params["broker_stack"]
+    print(f"\n{broker} SIGKILL: the run resumed {recovered:.2f}s after the kill (lease TTL {ttl:.0f}s)")
+
+
+def _publish_raw(url: str, queue: str, body: bytes, content_type: str, task: str = "baton.chat_turn") -> str:
+    task_id = str(uuid.uuid4())
+    headers = {"lang": "py", "task": task, "id": task_id, "root_id": task_id, "parent_id": None, "group": None,
+               "argsrepr": "()", "kwargsrepr": "{}", "origin": "test", "retries": 0, "eta": None, "expires": None}
+    with Connection(url) as conn:
+        # The work queue's own topic exchange, already declared by the worker: declare nothing here.
+        producer = Producer(conn.channel(), exchange=Exchange(queue, type="topic"), routing_key=queue,
+                            auto_declare=False)
+        producer.publish(body, content_type=content_type, content_encoding="binary", headers=headers,
+                         serializer=None, declare=[])
+    return task_id
+
+
+def _dead_letters(url: str, queue: str, expected: int, timeout: float = 30) -> list[dict]:
+    """Read (and acknowledge) `expected` raw messages from the dead-letter queue, without decoding them."""
+    got: list[dict] = []
+
+    def on_message(message) -> None:
+        got.append({"id": message.headers.get("id"), "death": message.headers.get("x-death"), "body": message.body})
+        message.ack()
+
+    deadline = time.monotonic() + timeout
+    with Connection(url) as conn, conn.Consumer(dead_letter_queue(queue), on_message=on_message, prefetch_count=10):
+        while len(got) < expected:
+            conn.drain_events(timeout=max(0.1, deadline - time.monotonic()))
+    return got
+
+
+def test_poison_messages_are_dead_lettered_on_the_broker_and_the_worker_stays_healthy(amqp_stack, rabbitmq,
+                                                                                       tmp_path):
+    """A pickle, malformed JSON, an unknown task and arguments that fail validation are each rejected: recorded
+    in baton:deadletter and dead-lettered whole into `<queue>.deadletter` by RabbitMQ (never dropped, never
+    executed, never redelivered); afterwards the same worker completes a normal turn."""
+    stack = amqp_stack
+    stack.fake_api.set_handler(Script([text("still healthy")]))
+    worker = stack.worker()
+    r = _redis(stack)
+    ids = [
+        _publish_raw(rabbitmq.url, stack.queue, pickle.dumps((("x",), {}, {})),
+                     "application/x-python-serialize"),
+        _publish_raw(rabbitmq.url, stack.queue, b"{not json", "application/json"),
+    ]
+    client = stack.client()
+    ids.append(client._celery.send_task("baton.no_such_task", args=[1], queue=stack.queue).id)
+    ids.append(client._celery.send_task("baton.chat_turn", args=["bad id!", 7], queue=stack.queue).id)
+
+    letters = _dead_letters(rabbitmq.url, stack.queue, expected=4)
+    assert sorted(letter["id"] for letter in letters) == sorted(ids)
+    assert all(letter["death"] and letter["death"][0]["reason"] == "rejected" for letter in letters)
+    reasons = [json.loads(raw)["reason"] for raw in r.lrange(DEADLETTER, 0, -1)]
+    assert len(reasons) == 4
+    assert any("untrusted" in x.lower() or "refus" in x.lower() or "pickle" in x for x in reasons)
+    assert any("unknown task" in x for x in reasons) and any("validation" in x for x in reasons)
+
+    result = client.wait(client.send_message("healthy", "are you there?"), timeout=30)
+    assert result.status == "completed" and result.reply == "still healthy"
+    assert worker.alive
+    assert int(rabbitmq.queues()[dead_letter_queue_name(stack.queue)]["messages"]) == 0  # we read all four
+
+
+
+def test_drains_never_count_against_the_quorum_queues_delivery_limit(amqp_stack, rabbitmq: RabbitMQNode, tmp_path):
+    """With a delivery limit of 1 on the work queue (a policy), a run drained three times is still resumed each
+    time and completes: a drain publishes a new message rather than returning the old one, so only Baton's own
+    interruption counter (here 5) bounds it; nothing is dead-lettered."""
+    stack = amqp_stack
+    done = rabbitmq.ctl_call("set_policy", "--apply-to", "queues", f"limit-{stack.queue}",
+                             f"^{stack.queue}$", '{"delivery-limit": 1}')
+    assert done.returncode == 0, done.stderr
+    env = {"BATON_MAX_INTERRUPTIONS": "5"}
+    stack.fake_api.set_handler(Script([STALL, STALL, STALL, text("finally")]))
+    client = stack.client(**env)
+    ref = client.start_run("drained thrice", workspace=tmp_path)
+    for attempt in range(1, 4):
+        worker = stack.worker(f"d{attempt}", **env)
+        assert stack.fake_api.wait_for_requests(attempt, timeout=30)
+        worker.terminate()
+        worker.wait_exit(timeout=15)
+    stack.worker("last", **env)
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "finally" and status.interruptions == 3
+    queues = rabbitmq.queues()
+    assert queues[stack.queue]["policy"] == f"limit-{stack.queue}"  # the limit was in force all along
+    assert int(queues[dead_letter_queue_name(stack.queue)]["messages"]) == 0
