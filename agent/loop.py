@@ -12,20 +12,18 @@ import time
 from collections.abc import Mapping
 
 from agent.cancel import CancelToken
-from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
+from agent.edge import Edge, LoopConfig, LoopFailure
 from agent.errors import Cancelled
 from agent.failures import FailureClass
 from agent.history import RequestHistory
 from agent.live import LiveText, NoLiveText
 from agent.messages import Message, TextBlock, ToolResultBlock
-from agent.model_step import answer_from_record, model_step, step_message_id
+from agent.model_step import model_step, step_message_id
 from agent.policy import Driver
 from agent.provider.base import Provider
 from agent.state import LoopState
 from agent.tool_round import CancelledRound, run_round
 from agent.tools import Tool
-
-__all__ = ["Edge", "EventDraft", "LoopConfig", "LoopFailure", "answer_from_record", "run_loop", "step_message_id"]
 
 
 def run_loop(

@@ -16,10 +16,10 @@ import redis
 
 from agent.cancel import CancelToken
 from agent.context import context_window
-from agent.edge import LoopConfig
+from agent.edge import LoopConfig, LoopFailure
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.failures import classify
-from agent.loop import LoopFailure, run_loop
+from agent.loop import run_loop
 from agent.messages import (
     RESUMED_NOTICE,
     dump_message,

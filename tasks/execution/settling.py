@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from agent.edge import LoopFailure
 from agent.events import encode_event
 from agent.failures import FailureClass
 from agent.history import backfill_dangling_calls
-from agent.loop import LoopFailure
 from agent.messages import DEPLOY_NOTICE, STOPPED_NOTICE, Message, dump_message, notice
 from agent.policy import Driver, after_failure, after_interruption, compute_backoff
 from agent.provider.replay import RequestFailed

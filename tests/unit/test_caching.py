@@ -13,10 +13,12 @@ import pytest
 from agent.caching import count_breakpoints, message_breakpoints, with_breakpoints
 from agent.cancel import CancelToken
 from agent.context import ELIDED, request_tokens
+from agent.edge import LoopConfig, LoopFailure
 from agent.failures import FailureClass
-from agent.loop import LoopConfig, LoopFailure, answer_from_record, run_loop
+from agent.loop import run_loop
 from agent.memory_edge import MemoryEdge
 from agent.messages import user_text
+from agent.model_step import answer_from_record
 from agent.policy import Backoff, Driver
 from agent.provider.base import AttemptFailed, ProviderRequest, TokenUsage
 from agent.provider.replay import RequestFailed

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from agent.cancel import CancelToken
-from agent.edge import LoopConfig
+from agent.edge import LoopConfig, LoopFailure
 from agent.errors import Cancelled
 from agent.failures import FailureClass
-from agent.loop import LoopFailure, run_loop
+from agent.loop import run_loop
 from agent.memory_edge import MemoryEdge
 from agent.messages import INTERRUPTED_RESULT, Message, ToolResultBlock, ToolUseBlock, user_text
 from agent.policy import Backoff, Driver
