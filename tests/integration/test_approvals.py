@@ -157,3 +157,59 @@ def test_a_coding_run_waits_for_approval_and_the_cli_decides(stack, tmp_path):
     status = client.wait(ref, timeout=30)
     assert status.status == "completed" and status.reply == "Run finished after the deploy."
     assert counting_tools.calls(r, "deploy") == 1
+
+
+def test_an_approve_and_a_deny_racing_leave_exactly_one_decision(stack):
+    """Both callers are told the same decision; one tool.approved or tool.denied event, never both."""
+    import threading
+
+    stack.fake_api.set_handler(Script([DEPLOY, text("Decided.")]))
+    stack.worker()
+    client, r = stack.client(), _redis(stack)
+    ref = client.send_message("race", "deploy to prod")
+    _parked(client, ref)
+    others = [stack.client() for _ in range(2)]
+    go = threading.Barrier(2)
+    answers: list[dict] = []
+
+    def approve() -> None:
+        go.wait()
+        answers.append(others[0].approve("race", "toolu_deploy", by="alice"))
+
+    def deny() -> None:
+        go.wait()
+        answers.append(others[1].deny("race", "toolu_deploy", reason="no", by="bob"))
+
+    threads = [threading.Thread(target=approve), threading.Thread(target=deny)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(answers) == 2 and answers[0]["decision"] == answers[1]["decision"]
+    assert sum(1 for a in answers if a.get("already_decided")) == 1
+    result = client.wait(ref, timeout=30)
+    assert result.status == "completed"
+    decided = [e for e in client.events("race") if e.type in ("tool.approved", "tool.denied")]
+    assert len(decided) == 1 and decided[0].type == f"tool.{answers[0]['decision']}"
+    assert counting_tools.calls(r, "deploy") == (1 if answers[0]["decision"] == "approved" else 0)
+
+
+def test_a_run_parked_in_the_middle_of_ten_steps_redoes_no_step(stack, tmp_path):
+    """Four notes, the deploy that waits, four notes, the answer: after approval every step ran exactly once
+    and no model step was asked twice (the journal replays the first half)."""
+    notes = [tool_call("record_note", {"note": f"n{i}"}, id=f"toolu_note{i}") for i in range(8)]
+    script = [*notes[:4], DEPLOY, *notes[4:], text("Ten steps done.")]
+    stack.fake_api.set_handler(Script(script))
+    stack.worker()
+    client, r = stack.client(), _redis(stack)
+    workspace = tmp_path / "ten"
+    workspace.mkdir()
+    ref = client.start_run("ten steps with a deploy", workspace=workspace)
+    status = client.wait(ref, timeout=60)
+    assert (status.status, status.waiting_reason) == ("waiting", "approval")
+    assert counting_tools.calls(r, "record_note") == 4 and stack.fake_api.request_count == 5
+    client.approve(ref.run_id, "toolu_deploy")
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "Ten steps done."
+    assert counting_tools.calls(r, "record_note") == 8 and counting_tools.calls(r, "deploy") == 1
+    assert stack.fake_api.request_count == len(script)
