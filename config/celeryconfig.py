@@ -48,15 +48,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "task_send_sent_event": True,
         "worker_send_task_events": True,
-        "task_track_started": True,
+        # No STARTED state in the result backend: it cost a read and a MULTI/SETEX/PUBLISH/EXEC (two round trips)
+        # before every task body, and nothing reads it. The unit's record says `running`, and Flower learns that a
+        # task started from its task-started event, which stays.
+        "task_track_started": False,
         "task_default_queue": settings.queue,
         "result_expires": 24 * 3600,
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
-        # The STARTED state is stored before a task's body runs: with the store down that write failed "outside
-        # the body" and the message was acknowledged, its unit never run (with RabbitMQ as the broker, workers
-        # keep receiving messages through a Redis outage). Retried instead, for up to ~2 min.
+        # A result write that fails with the store down fails "outside the body": once (with the STARTED state,
+        # since dropped) the message was acknowledged and its unit never run (with RabbitMQ as the broker,
+        # workers keep receiving messages through a Redis outage). Retried instead, for up to ~2 min.
         "result_backend_always_retry": True,
         "result_backend_max_retries": 20,
     }
