@@ -65,11 +65,30 @@ def _check_id(value: object, what: str) -> str:
     return value
 
 
+class _Publisher(Celery):
+    """The client's Celery app: it publishes tasks without subscribing to their results as it sends them.
+
+    Celery's Redis result backend subscribes to a task's result channel in `send_task` (and unsubscribes when
+    the `AsyncResult` is dropped): two round trips per turn for a result this client never reads, since it
+    awaits the unit's own events. `AsyncResult.get()` still works: it subscribes, then reads the stored
+    result, when it is called.
+    """
+
+    def _get_backend(self) -> Any:
+        backend = super()._get_backend()
+        backend.on_task_call = _no_subscription
+        return backend
+
+
+def _no_subscription(producer: object, task_id: str) -> None:
+    return None
+
+
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
         self.redis = new_store_client(self.settings)
-        self._celery = Celery("baton-client")
+        self._celery = _Publisher("baton-client")
         self._celery.conf.update(celery_config(self.settings))
 
     def close(self) -> None:
@@ -169,9 +188,14 @@ class Client:
             owner, unit = keys.owner("chat", ref.chat_id), ref.turn_id
         deadline = time.monotonic() + timeout
         key = keys.events(owner)
-        tail = stream_entries(self.redis.xrevrange(key, count=1))
-        last_id = tail[0][0] if tail else "0-0"  # taken before the record is read: no later event is missed
-        rec = load_record(self.redis, owner, unit)  # the record is the truth; events only say when to read it
+        # One round trip; the stream's tail is read before the record, so no later event is missed.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrevrange(key, count=1)
+        pipe.hgetall(keys.record(owner, unit))
+        raw_tail, raw_rec = pipe.execute()
+        tail = stream_entries(raw_tail)
+        last_id = tail[0][0] if tail else "0-0"
+        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; events only say when to read it
         while True:
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
