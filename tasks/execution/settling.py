@@ -174,20 +174,23 @@ class Settling:
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
         batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
-        self.fence.commit(batch)
-        return Outcome("done", status, hand_off=self._next_turn())
+        chat = unit.driver is Driver.CHAT_TURN
+        if chat:
+            batch.read("LINDEX", keys.queue(unit.owner_id), "0")  # who is next, read in the same round trip
+        replies = self.fence.commit(batch)
+        return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
 
-    def _next_turn(self) -> HandOff | None:
+    def _next_turn(self, head: bytes | None) -> HandOff | None:
         """The chat's next turn, read after this turn left the queue: the settle starts it (no turn polls).
 
-        Read after the fenced write, so a turn enqueued before it is seen here, and one enqueued after it
-        finds itself at the head when its own message runs. A crash before the hand-off is published is
-        recovered by the lost-message sweep (the chat stays in `keys.PENDING` while it has unfinished
-        turns). A needless copy (the next turn's own message is still in the broker) is harmless: the
-        lease, or the finished record, turns the second copy away.
+        `head` is the queue's head as the fenced write left it (read inside it), so a turn enqueued before it is
+        seen here, and one enqueued after it finds itself at the head when its own message runs. A crash before
+        the hand-off is published is recovered by the lost-message sweep (the chat stays in `keys.PENDING`
+        while it has unfinished turns). A needless copy (the next turn's own message is still in the broker) is
+        harmless: the lease, or the finished record, turns the second copy away.
         """
-        if self.unit.driver is not Driver.CHAT_TURN:
-            return None
+        if head is None:
+            return None  # the common case, a chat with nothing queued behind this turn: no read of its own
         nxt = chat_head_record(self.client, self.unit.owner_id)
         if nxt is None or nxt.status == "running":
             return None

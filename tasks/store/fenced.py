@@ -17,11 +17,14 @@ from agent.errors import LeaseLost
 
 # KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] a JSON list of [command, key index, args...].
 # One command is Baton's own: DELIFEQ key value... deletes the key if it holds one of the values (a stop
-# flag naming this unit), so that check costs no round trip of its own.
+# flag naming this unit), so that check costs no round trip of its own. A command written `=COMMAND` is a
+# read whose reply comes back (after the 1 that says the write was made), so a read that must follow the
+# write costs no round trip of its own either.
 _FENCED = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+local out = {1}
 local ops = cjson.decode(ARGV[2])
 for _, op in ipairs(ops) do
   local args = {}
@@ -34,11 +37,13 @@ for _, op in ipairs(ops) do
         break
       end
     end
+  elseif string.sub(op[1], 1, 1) == '=' then
+    out[#out + 1] = redis.call(string.sub(op[1], 2), KEYS[op[2]], unpack(args))
   else
     redis.call(op[1], KEYS[op[2]], unpack(args))
   end
 end
-return 1
+return out
 """
 
 EVENTS_MAXLEN = 10_000
@@ -66,6 +71,10 @@ class Batch:
         for field, value in mapping.items():
             flat += [field, value if raw else json.dumps(value)]
         return self.add("HSET", key, *flat)
+
+    def read(self, command: str, key: str, *args: Any) -> Batch:
+        """A read run after the commands before it; `Fence.commit` returns its reply (a nil one as None)."""
+        return self.add(f"={command}", key, *args)
 
     def delete_if(self, key: str, *values: str) -> Batch:
         """Delete `key` if it holds one of `values` (checked inside the fenced write)."""
@@ -103,26 +112,28 @@ class Fence:
         self._lock = threading.Lock()
         self.prelude: Callable[[], Batch] | None = None
 
-    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> None:
-        """Write the batch under the lease; with `replicas`, also wait (WAIT, on the same connection) until that
-        many replicas have it, raising `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
+    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
+        """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
+        `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
+        `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
         with self._lock:
             if self.prelude is not None:
                 batch = self.prelude().extend(batch)
             if not batch:
-                return
+                return []
             keys, args = [self._lease_key, *batch.keys], [self._token, json.dumps(batch.ops)]
             acked = replicas
             if not replicas:
-                ok = self._script(keys=keys, args=args)
+                reply = self._script(keys=keys, args=args)
             else:
                 pipe = self._client.pipeline(transaction=False)  # one connection: WAIT counts its writes
                 self._script(keys=keys, args=args, client=pipe)
                 pipe.execute_command("WAIT", replicas, timeout_ms)
-                ok, acked = pipe.execute()
-        if not ok:
+                reply, acked = pipe.execute()
+        if not reply:
             raise LeaseLost(f"lease {self._lease_key} is held by another execution")
         if replicas and int(acked) < replicas:
             raise ReplicationUnconfirmed(
                 f"{acked} of {replicas} replicas confirmed the write within {timeout_ms} ms"
             )
+        return list(reply[1:])

@@ -26,3 +26,24 @@ def test_delete_if_under_a_lease_not_ours_writes_nothing():
     with pytest.raises(LeaseLost):
         Fence(r, "lease", "tok").commit(Batch().delete_if("stop", "t1"))
     assert r.get("stop") == b"t1"
+
+
+def test_a_read_in_the_batch_sees_the_writes_before_it_and_returns_its_reply():
+    """`Batch.read` runs in order inside the fenced write: the settle learns the queue's new head, without
+    another round trip, after its own LREM; an empty queue's head comes back as None."""
+    r = fakeredis.FakeRedis()
+    r.set("lease", "tok")
+    r.rpush("queue", "t1", "t2")
+    fence = Fence(r, "lease", "tok")
+    assert fence.commit(Batch().add("LREM", "queue", "1", "t1").read("LINDEX", "queue", "0")) == [b"t2"]
+    assert fence.commit(Batch().add("LREM", "queue", "1", "t2").read("LINDEX", "queue", "0")) == [None]
+    assert fence.commit(Batch().add("SET", "done", "1")) == []
+
+
+def test_a_read_under_a_lease_not_ours_returns_nothing_and_writes_nothing():
+    r = fakeredis.FakeRedis()
+    r.set("lease", "someone-else")
+    r.rpush("queue", "t1")
+    with pytest.raises(LeaseLost):
+        Fence(r, "lease", "tok").commit(Batch().add("LREM", "queue", "1", "t1").read("LINDEX", "queue", "0"))
+    assert r.lrange("queue", 0, -1) == [b"t1"]
