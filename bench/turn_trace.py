@@ -103,6 +103,8 @@ def classify(role: str, trip: Trip) -> str:
         if first.startswith('"GET"'):
             return "result backend: read before a write (Celery's SUCCESS guard)"
         return "result backend: " + ("STARTED" if "STARTED" in t else "SUCCESS" if "SUCCESS" in t else "other")
+    if first.startswith('"EVALSHA"') and '"NX"' in inner and "HGETALL" in inner:
+        return "execution: take (record, queue head, lease, flags, transcript)"
     if first.startswith('"EVALSHA"') and trip.inner:
         if "LREM" in inner:
             return "fenced: settle"

@@ -43,6 +43,7 @@ from tasks.store.lease import Lease, holder_unit, new_token
 from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import text_or_none
+from tasks.store.take import Taken, take
 
 log = logging.getLogger("baton.execution")
 
@@ -75,13 +76,15 @@ class Execution(Settling):
         if unit.driver is Driver.CHAT_TURN:
             ids["turn_id"] = unit.unit_id
         logs.context.set(ids)
-        # One round trip for the record and the chat's queue head (the head's record is the one just read).
-        pipe = client.pipeline(transaction=False)
-        pipe.hgetall(unit.record_key)
-        if unit.driver is Driver.CHAT_TURN:
-            pipe.lindex(keys.queue(unit.owner_id), 0)
-        replies = pipe.execute()
-        rec = UnitRecord.from_hash(replies[0])
+        chat = unit.driver is Driver.CHAT_TURN
+        lease = Lease(
+            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
+        )
+        # One round trip for the record, the chat's queue head, the lease and what the execution starts from.
+        taken = take(
+            client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, check_head=chat
+        )
+        rec = UnitRecord.from_hash(taken.record)
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -90,18 +93,15 @@ class Execution(Settling):
             return Outcome("drop", "unknown unit")
         if rec.terminal:
             return Outcome("done", "already finished")
-        # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
-        if (
-            unit.driver is Driver.CHAT_TURN
-            and text_or_none(replies[1]) != unit.unit_id
-            and chat_head(client, unit.owner_id) != unit.unit_id
-        ):
-            # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
-            return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
-        lease = Lease(
-            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
-        )
-        loaded = self._take_lease(rec, lease)
+        loaded: Loaded | None
+        if taken.acquired is None:
+            # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
+            if chat_head(client, unit.owner_id) != unit.unit_id:
+                # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
+                return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
+            loaded = self._take_lease(rec, lease)  # the head now, once finished turns were cleared: rare
+        else:
+            loaded = self._loaded(rec, taken) if taken.acquired else None
         if loaded is None:
             if holder_unit(lease.holder()) == unit.unit_id:
                 return Outcome("drop", "a live execution of this unit holds its lease")
@@ -163,6 +163,18 @@ class Execution(Settling):
             return None
         journal, live = rest if started else ({}, {})
         return Loaded(text_or_none(stop), bool(draining), journal, live, transcript)
+
+    def _loaded(self, rec: UnitRecord, taken: Taken) -> Loaded:
+        """What `take` read with the lease, and a started generation's journal and live marks (read after it)."""
+        journal: dict[bytes | str, bytes | str] = {}
+        live: dict[bytes | str, bytes | str] = {}
+        if rec.history_len >= 0:
+            # Only a generation whose start was committed can have journaled steps or streamed text.
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.journal(self.unit.owner_id, self.unit.unit_id, rec.generation))
+            pipe.hgetall(keys.live(self.unit.owner_id, self.unit.unit_id, rec.generation))
+            journal, live = pipe.execute()
+        return Loaded(taken.stop, taken.draining, journal, live, taken.transcript or [])
 
     def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
         unit, settings = self.unit, self.settings
