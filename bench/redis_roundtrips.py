@@ -259,7 +259,8 @@ def main(k: int = K) -> list[Row]:
           f"per bare ping {fmt(per_ping)}", flush=True)
     print(f"  per tool round, by command: {json.dumps(by_command)}", flush=True)
     print(f"  per turn with 0 tool rounds, by command: {json.dumps(per_turn0_by_command)}", flush=True)
-    print(f"  fenced writes per turn: 0 rounds {fmt(fenced0)}, 3 rounds {fmt(fenced3)}", flush=True)
+    print(f"  EVALSHA per turn (the fenced writes and the execution's take): 0 rounds {fmt(fenced0)}, "
+          f"3 rounds {fmt(fenced3)}", flush=True)
     print(f"  a turn waiting {SLOW_SECONDS:g} s on its provider: {fmt(per_slow)} commands; the watcher's beat "
           f"{fmt(beat_per_s)} commands per second of waiting", flush=True)
     print(f"  one RedisJournal.record: {fmt(journal.round_trips)} round trip(s); server-side commands "
