@@ -92,3 +92,19 @@ def test_the_api_answers_503_naming_what_is_down(stack, serve):
     for path, call in (("/api/chats/c1/messages", api.post), ("/api/chats/c1/transcript", None)):
         status, body = call(path, {"text": "hello"}) if call else api.get(path)
         assert (status, body) == (503, {"detail": "the store (Redis) is unavailable; try again"}), path
+
+
+def test_a_worker_without_provider_credentials_warns_at_start_and_fails_turns_as_provider_auth_billing_nothing(stack):
+    """BATON_PROVIDER=anthropic and no key: the worker says so at start; a turn fails as provider_auth with a
+    sentence naming ANTHROPIC_API_KEY, no attempt made or counted, and the provider never asked."""
+    worker = stack.worker(ANTHROPIC_API_KEY="")
+    assert "provider: BATON_PROVIDER=anthropic, but no Anthropic credentials are configured: set ANTHROPIC_API_KEY" in (
+        worker.log()
+    )
+    client = stack.client()
+    result = client.wait(client.send_message("c1", "hello"), timeout=60)
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure["class"] == "provider_auth" and result.failure["retryable"] is False
+    assert "ANTHROPIC_API_KEY" in result.failure["message"]
+    assert (result.usage.attempts, result.usage.discarded_attempts) == (0, 0)
+    assert stack.fake_api.request_count == 0
