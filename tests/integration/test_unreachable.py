@@ -80,7 +80,8 @@ def test_a_turn_the_broker_could_not_take_fails_retryable_and_a_retry_completes_
 
 def test_the_api_answers_503_naming_what_is_down(stack, serve):
     """POST a message with the broker down: 503 naming the broker (and the turn is failed, not stuck); with the
-    store down: 503 naming the store. The address stays in the server's log, not in the answer."""
+    store down: 503 naming the store, and a live stream closes saying why. The address stays in the server's log,
+    not in the answer."""
     api = serve(BATON_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0")
     status, body = api.post("/api/chats/c1/messages", {"text": "hello"})
     assert (status, body) == (503, {"detail": "the broker (Redis) is unavailable; try again"})
@@ -92,6 +93,8 @@ def test_the_api_answers_503_naming_what_is_down(stack, serve):
     for path, call in (("/api/chats/c1/messages", api.post), ("/api/chats/c1/transcript", None)):
         status, body = call(path, {"text": "hello"}) if call else api.get(path)
         assert (status, body) == (503, {"detail": "the store (Redis) is unavailable; try again"}), path
+    with api.stream("/api/chats/c1/stream") as s:  # opened (a browser would retry), then closed, saying why
+        assert list(s.events()) == ["open", "the store (Redis) is unavailable; reconnect with Last-Event-ID"]
 
 
 def test_a_worker_without_provider_credentials_warns_at_start_and_fails_turns_as_provider_auth_billing_nothing(stack):
