@@ -36,6 +36,7 @@ log = logging.getLogger("baton.drain")
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
 _sandbox_notice: list[tuple[int, str]] = []
+_provider_notice: list[tuple[int, str]] = []
 
 
 @signals.worker_shutting_down.connect
@@ -54,6 +55,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     hostname = getattr(sender, "hostname", None) or str(sender)
     for level, message in _sandbox_notice:
         log.log(level, "sandbox: %s", message)
+    for level, message in _provider_notice:
+        log.log(level, "provider: %s", message)
     client = wiring.store(settings)
     client.delete(keys.drain(hostname))
     interval = min(2.0, settings.lease_ttl / 4)
@@ -108,6 +111,21 @@ def _prepare_worker(**_: Any) -> None:
             _refuse_to_start("BATON_SCRIPTED_CUES", err)
     # Probed here, before the pool forks; logged once the worker's logging is set up (in worker_ready).
     _sandbox_notice[:] = [check_sandbox()]
+    _provider_notice[:] = check_provider()
+
+
+def check_provider() -> list[tuple[int, str]]:
+    """A warning when the provider cannot authenticate: the worker still starts (a key may be fixed by a redeploy
+    while turns wait in the queue), but says at start what every unit will fail with."""
+    if settings.provider != "anthropic":
+        return []
+    from agent.provider.anthropic_provider import credentials_problem
+
+    problem = credentials_problem()
+    if problem is None:
+        return []
+    return [(logging.WARNING, f"BATON_PROVIDER=anthropic, but {problem}; every turn and run will fail as "
+                              "provider_auth")]
 
 
 def check_sandbox() -> tuple[int, str]:
