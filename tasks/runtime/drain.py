@@ -116,7 +116,8 @@ def size_connection_pools(worker: Any) -> None:
     """Size the store's connection pools for the units one process of this worker runs at once.
 
     A threads or gevent pool runs all its `-c` units in the one process, sharing its pooled clients; prefork runs
-    one per child. Celery's own result backend pool is sized alike (redis-py's default fails past 100).
+    one per child. Celery's own result backend and Redis broker pools are sized alike (redis-py's default fails past
+    100 connections, kombu's channel past 10).
     """
     concurrency = getattr(worker, "concurrency", None)
     if not isinstance(concurrency, int) or concurrency < 1:
@@ -126,6 +127,12 @@ def size_connection_pools(worker: Any) -> None:
     wiring.size_pools(units)
     if units > 1:
         app.conf.redis_max_connections = max(app.conf.redis_max_connections or 0, connect.pool_size())
+        if broker_kind(settings.broker) != "amqp":
+            # kombu's Redis channel opens at most 10 connections: on gevent, concurrent acks failed past them
+            # ("Couldn't ack ... MaxConnectionsError"), leaving the messages to come back after the visibility timeout.
+            options = dict(app.conf.broker_transport_options or {})
+            options["max_connections"] = max(options.get("max_connections", 0), connect.pool_size())
+            app.conf.broker_transport_options = options
 
 
 def check_sandbox() -> tuple[int, str]:
