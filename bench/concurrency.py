@@ -20,11 +20,13 @@ The goal (issue #16, point 5): 500 turns through one process, all complete, in �
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -32,7 +34,10 @@ import psutil
 from bench._common import Row, Stack, fmt, judge, print_rows
 from bench.memory import tree_memory
 from tests.support.fake_anthropic import Reply
+from tests.support.processes import REPO
 
+# A gevent worker imports trio before its monkey-patching (bench/gevent_shim/sitecustomize.py says why).
+GEVENT_SHIM = Path(__file__).with_name("gevent_shim")
 PROVIDER_SECONDS = 3.0
 PARTS = 6  # text deltas per answer
 # message_start, ping, content_block_start, the deltas, content_block_stop, message_delta, message_stop: the fake
@@ -40,6 +45,7 @@ PARTS = 6  # text deltas per answer
 EVENTS = PARTS + 6
 TURNS = 500
 PREFORK_CONCURRENCY = 16
+WARM = 16  # warm-up turns sent at once (enough to reach every prefork child)
 GIB = 1024.0  # MiB
 
 
@@ -61,6 +67,7 @@ class Result:
     wall_s: float
     send_s: float
     peak_rss_mib: float
+    peak_pss_mib: float
     idle_rss_mib: float
     processes: int
 
@@ -84,12 +91,17 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 class PeakRss:
     """Samples a process tree's RSS in the background; `peak` is the highest seen."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid, self.interval = pid, interval
-        self.peak = 0.0
+        self.peak = self.peak_pss = 0.0
         self.processes = 0
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -105,11 +117,12 @@ class PeakRss:
     def _run(self) -> None:
         while not self._halt.is_set():
             try:
-                rss, _, procs = tree_memory(self.pid)
+                rss, pss, procs = tree_memory(self.pid)
             except Exception:  # a child exiting between listing and reading
                 continue
             if rss > self.peak:
                 self.peak, self.processes = rss, procs
+            self.peak_pss = max(self.peak_pss, pss)
             self._halt.wait(self.interval)
 
 
@@ -119,12 +132,16 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
         assert worker.proc is not None
         client = stack.client()
         stamp = int(time.time())
-        # Warm up: imports, the provider's client, a first connection of each kind.
-        warm = client.wait(client.send_message(f"warm-{stamp}", "warm up"), timeout=60)
-        if warm.status != "completed":
-            raise RuntimeError(f"{pool}: the warm-up turn ended {warm.status}: {warm.failure}")
+        # Warm up (imports, the provider's client, connections) every prefork child, or the one process.
+        warm_refs = [client.send_message(f"warm-{stamp}-{i}", "warm up") for i in range(min(concurrency, WARM))]
+        for ref in warm_refs:
+            warm = client.wait(ref, timeout=60)
+            if warm.status != "completed":
+                raise RuntimeError(f"{pool}: a warm-up turn ended {warm.status}: {warm.failure}")
         idle, _, _ = tree_memory(worker.proc.pid)
-        cpu0 = tree_cpu(worker.proc.pid)
+        assert stack.redis_server is not None and stack.redis_server.proc is not None
+        redis_pid = stack.redis_server.proc.pid
+        cpu0, redis0, bench0 = tree_cpu(worker.proc.pid), tree_cpu(redis_pid), _own_cpu()
         failures: list[str] = []
         with PeakRss(worker.proc.pid) as peak:
             started = time.perf_counter()
@@ -139,8 +156,9 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
 
             with ThreadPoolExecutor(64) as waiters:
                 ended = list(waiters.map(wait, refs))
-        cpu = tree_cpu(worker.proc.pid) - cpu0
-        print(f"  {pool}: worker CPU {fmt(cpu)} s for {turns} turns ({fmt(cpu / turns * 1000)} ms a turn)", flush=True)
+        cpu, redis_cpu, bench_cpu = tree_cpu(worker.proc.pid) - cpu0, tree_cpu(redis_pid) - redis0, _own_cpu() - bench0
+        print(f"  {pool}: CPU over the batch: worker {fmt(cpu)} s ({fmt(cpu / turns * 1000)} ms a turn), redis-server "
+              f"{fmt(redis_cpu)} s, this process (fake API + client) {fmt(bench_cpu)} s", flush=True)
         for failure in sorted(set(failures))[:5]:
             print(f"  {pool}: not completed: {failure}", flush=True)
         errors = [line for line in worker.log().splitlines() if "Error" in line or "Traceback" in line]
@@ -148,7 +166,10 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
             print(f"  {pool}: {len(errors)} error lines in the worker's log, e.g. {errors[0][:300]}", flush=True)
         completed = sum(1 for status, _ in ended if status == "completed")
         wall = max(at for _, at in ended) - started
-        return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, idle, peak.processes)
+        done = sorted(at - started for _, at in ended)
+        print(f"  {pool}: turns done after {fmt(done[0])} s (first), {fmt(done[len(done) // 2])} s (median), "
+              f"{fmt(done[-1])} s (last) from the first send", flush=True)
+        return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, peak.peak_pss, idle, peak.processes)
 
 
 def pools() -> list[tuple[str, int, int]]:
@@ -171,7 +192,8 @@ def rows(results: list[Result]) -> list[Row]:
                 judge(r.ratio, at_most=2) if big else f"info ({r.turns // r.concurrency} waves)"),
             Row(f"{at}: peak RSS, worker tree ({r.processes} processes)", r.peak_rss_mib, "MiB",
                 "≤ 1024" if big else "—", judge(r.peak_rss_mib, at_most=1024) if big else "info"),
-            Row(f"{at}: turns in flight per GiB", r.turns_per_gib, "turns/GiB", "—", "info"),
+            Row(f"{at}: turns in flight per GiB of peak RSS", r.turns_per_gib, "turns/GiB", "—",
+                f"info (per GiB of PSS: {fmt(min(r.concurrency, r.turns) / (r.peak_pss_mib / GIB))})"),
         ]
     return out
 
@@ -183,10 +205,12 @@ def main(only: str | None = None, concurrency: int | None = None) -> list[Row]:
             continue
         c = concurrency or c
         turns = c if concurrency and pool != "prefork" else (2 * c if concurrency else turns)
-        r = measure(pool, c, turns)
+        env = {"PYTHONPATH": f"{GEVENT_SHIM}{os.pathsep}{REPO}"} if pool == "gevent" else {}
+        r = measure(pool, c, turns, **env)
         print(f"  {pool} -c {c}: {r.completed}/{r.turns} completed in {fmt(r.wall_s)} s "
               f"({fmt(r.ratio)}x the provider's {fmt(PROVIDER_SECONDS)} s; sending took {fmt(r.send_s)} s), "
-              f"RSS idle {fmt(r.idle_rss_mib)} MiB, peak {fmt(r.peak_rss_mib)} MiB over {r.processes} processes, "
+              f"RSS idle {fmt(r.idle_rss_mib)} MiB, peak {fmt(r.peak_rss_mib)} MiB over {r.processes} processes "
+              f"(PSS {fmt(r.peak_pss_mib)} MiB), "
               f"{fmt(r.turns_per_gib)} turns/GiB", flush=True)
         results.append(r)
     return rows(results)
