@@ -16,7 +16,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import redis
 
@@ -121,10 +122,18 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
     stops = replies[len(renew) + bool(renew)]
     draining = dict(zip(drains, replies[-len(drains):], strict=True))
     for watcher, ok in zip(renew, replies, strict=False):
-        watcher.renewed(asked, bool(ok))
+        _act(watcher.renewed, asked, bool(ok))
     for watcher, stop in zip(watchers, stops, strict=True):
         if not watcher.lease_lost:
-            watcher.seen(stop=text_or_none(stop), draining=bool(draining[watcher.drain_key]))
+            _act(watcher.seen, stop=text_or_none(stop), draining=bool(draining[watcher.drain_key]))
+
+
+def _act(action: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run one unit's reaction (a cancel runs its callbacks, e.g. closing a stream): a failure stays its own."""
+    try:
+        action(*args, **kwargs)
+    except Exception:
+        log.exception("watcher: a unit's cancellation failed")
 
 
 class Poller:

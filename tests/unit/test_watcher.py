@@ -170,3 +170,13 @@ def test_the_process_poller_beats_registered_units_and_forgets_stopped_ones():
         for watcher, _ in units:
             watcher.stop()
     assert len(poller) == 0
+
+
+def test_a_cancellation_that_raises_does_not_keep_the_other_units_of_the_beat_from_theirs(clock):
+    """Cancels run their callbacks in the poller's thread: one that raises is logged, the next unit still cancels."""
+    r = fakeredis.FakeRedis()
+    (first, first_cancel), (second, second_cancel) = _unit(r, 1), _unit(r, 2)
+    first_cancel.on_cancel(lambda: 1 / 0)
+    r.set(keys.drain("w@h"), "1")
+    watching.beat(r, [first, second])
+    assert first_cancel.reason == "drain" and second_cancel.reason == "drain"
