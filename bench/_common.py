@@ -174,9 +174,9 @@ class Stack:
             env["ANTHROPIC_BASE_URL"] = self.fake.url
         return env
 
-    def worker(self, name: str = "w1", *, concurrency: int = 2, **env: str) -> Worker:
+    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, **env: str) -> Worker:
         """Start a real `celery -A tasks worker` on this stack's queue and wait until it is ready."""
-        worker = Worker(name, {**self.env, **env}, self.tmp, concurrency=concurrency)
+        worker = Worker(name, {**self.env, **env}, self.tmp, concurrency=concurrency, pool=pool)
         self.workers.append(worker)
         return worker.start(timeout=60)
 

@@ -84,15 +84,17 @@ def record_note(note: str) -> str:
     """Record a note (a side effect; counted, with the process that ran it and when)."""
     owner = note.split("|")[1] if note.count("|") >= 2 else "unknown"
     pid, ppid = os.getpid(), os.getppid()
+    tid = threading.get_ident()  # on a threads pool, the executions of a worker share its pid
     counter = _counter()
-    start = {"ev": "start", "note": note, "owner": owner, "pid": pid, "ppid": ppid, "holder": _holder_pid(owner)}
+    start = {"ev": "start", "note": note, "owner": owner, "pid": pid, "tid": tid, "ppid": ppid,
+             "holder": _holder_pid(owner)}
     start["t"] = time.time()
     counter.rpush(PROBE_LOG, json.dumps(start))
-    counter.hset(INFLIGHT + owner, f"{pid}|{note}", start["t"])
+    counter.hset(INFLIGHT + owner, f"{pid}|{tid}|{note}", start["t"])
     result = counting_tools.record_note(note=note)  # the effect: test:calls:record_note and test:calls:log
     time.sleep(float(os.environ.get(HOLD_ENV, "0.3")))
-    counter.hdel(INFLIGHT + owner, f"{pid}|{note}")
-    counter.rpush(PROBE_LOG, json.dumps({"ev": "end", "note": note, "pid": pid, "t": time.time()}))
+    counter.hdel(INFLIGHT + owner, f"{pid}|{tid}|{note}")
+    counter.rpush(PROBE_LOG, json.dumps({"ev": "end", "note": note, "pid": pid, "tid": tid, "t": time.time()}))
     return result
 
 
@@ -186,6 +188,7 @@ class Config:
     hold: float = 0.3
     keep: bool = False
     broker: str = "redis"  # or "amqp": a private RabbitMQ node is the broker, the AOF Redis stays the store
+    pool: str = "prefork"  # Celery's pool; on "threads" every unit of a worker shares its process (no child to kill)
 
 
 @dataclass
@@ -298,7 +301,9 @@ class Chaos:
         from tests.support.processes import Worker
 
         self._worker_seq += 1
-        worker = Worker(f"chaos{self._worker_seq}", self.env, self.tmp, concurrency=self.cfg.concurrency)
+        worker = Worker(
+            f"chaos{self._worker_seq}", self.env, self.tmp, concurrency=self.cfg.concurrency, pool=self.cfg.pool
+        )
         self.workers.append(worker)
         worker.start(timeout=90)
         return worker
@@ -483,18 +488,18 @@ class Chaos:
     # -- the sampler ----------------------------------------------------------------------------------------------
 
     def sampler(self) -> None:
-        """Every ~0.2 s: two live processes inside a write tool of one unit is two live executions."""
+        """Every ~0.2 s: two live executors (process, thread) inside a write tool of one unit is two live executions."""
         holders: dict[str, bytes] = {}
         while not self.stop_sampler.wait(0.2):
             self.figures.samples += 1
             try:
                 for key in self.counter_client.scan_iter(f"{INFLIGHT}*", count=500):
                     owner = key.decode().removeprefix(INFLIGHT)
-                    pids = {int(f.decode().split("|", 1)[0]) for f in self.counter_client.hkeys(key)}
-                    live = tuple(sorted(p for p in pids if _alive(p)))
+                    executors = {tuple(f.decode().split("|", 2)[:2]) for f in self.counter_client.hkeys(key)}
+                    live = tuple(sorted(e for e in executors if _alive(int(e[0]))))
                     if len(live) > 1 and (owner, live) not in self.sampled_overlaps:
                         self.sampled_overlaps.add((owner, live))
-                        self.violations.append(f"sampler: processes {live} inside record_note of {owner} at once")
+                        self.violations.append(f"sampler: executors {live} inside record_note of {owner} at once")
             except redis.RedisError:
                 pass
             try:
@@ -665,15 +670,17 @@ class Chaos:
 
     def _interval_overlaps(self) -> list[str]:
         lines = [json.loads(x) for x in self.counter_client.lrange(PROBE_LOG, 0, -1)]
-        ends = {(d["pid"], d["note"]): d["t"] for d in lines if d["ev"] == "end"}
-        spans: dict[str, list[tuple[float, float, int, str]]] = defaultdict(list)
+        # An executor is a (pid, thread): on a threads pool one process runs many units, and could run one twice.
+        ends = {(d["pid"], d.get("tid"), d["note"]): d["t"] for d in lines if d["ev"] == "end"}
+        spans: dict[str, list[tuple[float, float, tuple[int, int | None], str]]] = defaultdict(list)
         for d in lines:
             if d["ev"] != "start":
                 continue
-            end = ends.get((d["pid"], d["note"])) or self.deaths.get(d["pid"]) or self.deaths.get(d["ppid"])
+            end = (ends.get((d["pid"], d.get("tid"), d["note"])) or self.deaths.get(d["pid"])
+                   or self.deaths.get(d["ppid"]))
             if end is None:
                 end = d["t"] + self.cfg.hold
-            spans[d["owner"]].append((d["t"], end, d["pid"], d["note"]))
+            spans[d["owner"]].append((d["t"], end, (d["pid"], d.get("tid")), d["note"]))
         found = []
         for owner, items in spans.items():
             items.sort()
@@ -831,16 +838,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep logs and data even on success")
     parser.add_argument("--broker", choices=["redis", "amqp"], default="redis",
                         help="the Celery broker: the store's Redis, or a private RabbitMQ node (rabbitmq-server)")
+    parser.add_argument("--pool", choices=["prefork", "threads", "gevent"], default="prefork",
+                        help="the workers' Celery pool")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="units per worker (default 2; 8 on a threads or gevent pool)")
     args = parser.parse_args(argv)
+    concurrency = args.concurrency or (2 if args.pool == "prefork" else 8)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the workers and servers we started
     lo, hi = (float(x) for x in args.event_every.split(","))
     cfg = Config(args.minutes, args.runs, args.chats, args.seed, workers=args.workers, fault_rate=args.fault_rate,
                  event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep, backoff_scale=args.backoff_scale,
-                 broker=args.broker)
+                 broker=args.broker, pool=args.pool, concurrency=concurrency)
     if args.short:
         cfg = Config(0.75, 3, 3, args.seed, workers=2, fault_rate=args.fault_rate, event_every=(5.0, 8.0),
                      quiesce_timeout=90.0, appendfsync=args.appendfsync, keep=args.keep,
-                     backoff_scale=args.backoff_scale, broker=args.broker)
+                     backoff_scale=args.backoff_scale, broker=args.broker, pool=args.pool, concurrency=concurrency)
     return run(cfg)
 
 
@@ -850,7 +862,7 @@ def run(cfg: Config) -> int:
     started = time.monotonic()
     print(f"chaos: {cfg.minutes:g} min, {cfg.runs} runs + {cfg.chats} chats in flight, {cfg.workers} workers, "
           f"fault rate {cfg.fault_rate:g}, backoff scale {cfg.backoff_scale:g}, seed {cfg.seed}, appendfsync "
-          f"{cfg.appendfsync}, broker {cfg.broker}; data in {chaos.tmp}",
+          f"{cfg.appendfsync}, broker {cfg.broker}, pool {cfg.pool} -c {cfg.concurrency}; data in {chaos.tmp}",
           flush=True)
     try:
         chaos.start()

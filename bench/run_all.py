@@ -36,6 +36,7 @@ SCRIPTS = [
     "live_text",
     "growth",
     "prompt_cache",
+    "concurrency",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

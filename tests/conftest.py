@@ -62,8 +62,8 @@ class Stack:
         if fake_api is not None:
             self.env["ANTHROPIC_BASE_URL"] = fake_api.url
 
-    def worker(self, name: str = "w1", *, concurrency: int = 2, **env: str) -> Worker:
-        worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency)
+    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, **env: str) -> Worker:
+        worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency, pool=pool)
         self.workers.append(worker)
         return worker.start()
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import sys
 
 
-def worker_command(queue: str, node: str, *, concurrency: int = 2) -> list[str]:
-    """A worker on one queue, named `node`; mingle and gossip off, since local workers need neither."""
+def worker_command(queue: str, node: str, *, concurrency: int = 2, pool: str | None = None) -> list[str]:
+    """A worker on one queue, named `node`; mingle and gossip off, since local workers need neither.
+
+    `pool`: Celery's execution pool (`prefork`, `threads`, `gevent`); None keeps Celery's default (prefork).
+    """
     return [
         sys.executable,
         "-m",
@@ -24,4 +27,5 @@ def worker_command(queue: str, node: str, *, concurrency: int = 2) -> list[str]:
         "info",
         "--without-mingle",
         "--without-gossip",
+        *(["-P", pool] if pool else []),
     ]

@@ -48,6 +48,10 @@ from tasks.store.take import Taken, take
 
 log = logging.getLogger("baton.execution")
 
+# A unit handed back by a draining worker comes back after this; meanwhile the draining worker's consumer has
+# usually stopped, and returns the message to the queue if it holds it.
+DRAINING_DEFER_SECONDS = 0.5
+
 
 @dataclass(frozen=True)
 class Loaded:
@@ -110,6 +114,12 @@ class Execution(Settling):
             # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
             # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
             return Outcome("defer", "another unit of this owner holds the lease", 0.2)
+        if loaded.draining and loaded.stop not in (unit.unit_id, "*"):
+            # Picked up by a worker already shutting down (a threads pool's consumer keeps receiving for up to 2 s
+            # after SIGTERM, and gets the very message a drained unit just requeued): hand it back untouched, to
+            # another worker, rather than start it only to interrupt it again and count that against the unit.
+            lease.release()
+            return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
         self.fence = Fence(client, lease.key, lease.token)
         # Behind Sentinel, where the store can fail over under this execution: read now, compared at the settle.
         self.replication_id = replication_id(client) if behind_sentinel(client) else None

@@ -2,70 +2,81 @@
 
 It runs beside the executing task in the pool child, because pool children never see the worker's
 shutdown (FACTS.md): the main process sets a Redis flag on `worker_shutting_down`, this polls it.
+
+One `Poller` per process (per store client) beats for every unit the process runs: a single thread (a
+greenlet under gevent), one pipelined round trip every `POLL_SECONDS` that renews the leases due, reads every
+unit's stop flag in one MGET and the drain flag once. A unit's `Watcher` registers with it while the unit runs.
+A thread and a poll per unit cost nothing at prefork's one unit per child; at a threads pool's hundreds of
+units in one process they were hundreds of threads and of round trips a second, and as many connections.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import redis
 
 from agent.cancel import CancelToken
 from tasks.store import keys
 from tasks.store.lease import Lease
+from tasks.store.replies import text_or_none
 
 log = logging.getLogger("baton.watcher")
 
 POLL_SECONDS = 0.5
+# How long a unit leaving waits for a beat in flight to finish (so no beat acts for it once it is gone).
+LEAVE_WAIT_SECONDS = 2.0
 
 
 class Watcher:
+    """One unit's lease, stop flag and drain flag, beaten by its process's `Poller` while it runs."""
+
     def __init__(
         self, client: redis.Redis, lease: Lease, *, owner_id: str, unit_id: str, hostname: str, cancel: CancelToken
     ) -> None:
         self._client = client
         self._lease = lease
-        self._owner_id = owner_id
+        self.owner_id = owner_id
         self._unit_id = unit_id
-        self._drain_key = keys.drain(hostname)
+        self.drain_key = keys.drain(hostname)
         self._cancel = cancel
-        self._halt = threading.Event()
         self.lease_lost = False
         # The lease (and the ACTIVE mark) are renewed a third of a TTL at a time, not on every poll: the stop
         # and drain flags need a prompt look, the lease only needs to outlive a missed beat or two.
         self._renew_every = lease.ttl_ms / 3000
         self._renewed_at = time.monotonic()  # the lease was just taken, with a whole TTL
-        self._thread = threading.Thread(target=self._run, name=f"watch:{owner_id}", daemon=True)
+        self._poller: Poller | None = None
 
     def start(self, *, poll: bool = True) -> Watcher:
         """Start beating; `poll=False` when the caller already read the flags (`seen`) with the lease."""
         if poll:
             self.poll_once()
-        self._thread.start()
+        self._poller = poller_for(self._client)
+        self._poller.add(self)
         return self
 
     def stop(self) -> None:
-        self._halt.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
+        if self._poller is not None:
+            self._poller.discard(self)
 
-    def poll_once(self) -> None:
-        """One pipelined round trip: renew the lease, read the stop and drain flags, mark us alive."""
-        pipe = self._client.pipeline(transaction=False)
+    def due(self, now: float) -> bool:
+        """Whether the lease is due for renewal at this beat (half a poll early, so it is never late)."""
+        return now - self._renewed_at >= self._renew_every - POLL_SECONDS / 2
+
+    def queue_renewal(self, pipe: redis.client.Pipeline) -> None:
         self._lease.renew(client=pipe)
-        pipe.get(keys.stop(self._owner_id))
-        pipe.exists(self._drain_key)
-        pipe.zadd(keys.ACTIVE, {self._owner_id: time.time()})
-        asked = time.monotonic()
-        renewed, stop, draining, _ = pipe.execute()
+
+    def renewed(self, asked: float, ok: bool) -> None:
+        """The renewal queued at `asked` went through: `ok` False means the lease is no longer ours."""
         self._renewed_at = asked  # only once it went through: a failed renewal is tried again on the next beat
-        if not renewed:
+        if not ok:
             self.lease_lost = True
             self._cancel.cancel("drain")
-            return
-        self.seen(stop=stop.decode() if isinstance(stop, bytes) else stop, draining=bool(draining))
 
     def seen(self, *, stop: str | None, draining: bool) -> None:
         """Act on the stop and drain flags as read: a stop naming this unit (or all), or a drain, cancels."""
@@ -74,25 +85,119 @@ class Watcher:
         elif draining:
             self._cancel.cancel("drain")
 
+    # -- one unit's beat, on its own (the poller beats all of a process's units together) -------------------
+
+    def poll_once(self) -> None:
+        """One pipelined round trip: renew the lease, read the stop and drain flags, mark us alive."""
+        beat(self._client, [self], renewing=[self])
+
     def look_once(self) -> None:
         """The light poll between renewals: only the stop and drain flags, in one round trip."""
-        pipe = self._client.pipeline(transaction=False)
-        pipe.get(keys.stop(self._owner_id))
-        pipe.exists(self._drain_key)
-        stop, draining = pipe.execute()
-        self.seen(stop=stop.decode() if isinstance(stop, bytes) else stop, draining=bool(draining))
+        beat(self._client, [self], renewing=[])
 
     def tick(self) -> None:
         """One beat: a full poll when the lease is due for renewal, else the light look."""
-        if time.monotonic() - self._renewed_at >= self._renew_every - POLL_SECONDS / 2:
-            self.poll_once()
-        else:
-            self.look_once()
+        beat(self._client, [self])
+
+
+def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable[Watcher] | None = None) -> None:
+    """One round trip for all `watchers`: renew the leases due (or `renewing`), read their stop and drain flags.
+
+    Raises what Redis raised; then nothing was acted on, and a renewal that did not go through is due again.
+    """
+    if not watchers:
+        return
+    asked = time.monotonic()
+    renew = [w for w in watchers if w.due(asked)] if renewing is None else list(renewing)
+    drains = list(dict.fromkeys(w.drain_key for w in watchers))
+    pipe = client.pipeline(transaction=False)
+    for watcher in renew:
+        watcher.queue_renewal(pipe)
+    if renew:
+        pipe.zadd(keys.ACTIVE, {w.owner_id: time.time() for w in renew})  # alive, for the lost-worker sweep
+    pipe.mget([keys.stop(w.owner_id) for w in watchers])
+    for key in drains:
+        pipe.exists(key)
+    replies = pipe.execute()
+    stops = replies[len(renew) + bool(renew)]
+    draining = dict(zip(drains, replies[-len(drains):], strict=True))
+    for watcher, ok in zip(renew, replies, strict=False):
+        _act(watcher.renewed, asked, bool(ok))
+    for watcher, stop in zip(watchers, stops, strict=True):
+        if not watcher.lease_lost:
+            _act(watcher.seen, stop=text_or_none(stop), draining=bool(draining[watcher.drain_key]))
+
+
+def _act(action: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run one unit's reaction (a cancel runs its callbacks, e.g. closing a stream): a failure stays its own."""
+    try:
+        action(*args, **kwargs)
+    except Exception:
+        log.exception("watcher: a unit's cancellation failed")
+
+
+class Poller:
+    """The process's one beating thread for all its running units (started with the first, idle without)."""
+
+    def __init__(self, client: redis.Redis, *, interval: float = POLL_SECONDS) -> None:
+        self._client = client
+        self._interval = interval
+        self._watchers: dict[int, Watcher] = {}
+        self._lock = threading.Lock()  # guards `_watchers`
+        self._beating = threading.Lock()  # held for a beat, so a unit that leaves is not acted on after
+        self._thread: threading.Thread | None = None
+
+    def add(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers[id(watcher)] = watcher
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="baton-poller", daemon=True)
+                self._thread.start()
+
+    def discard(self, watcher: Watcher) -> None:
+        got = self._beating.acquire(timeout=LEAVE_WAIT_SECONDS)
+        try:
+            with self._lock:
+                self._watchers.pop(id(watcher), None)
+        finally:
+            if got:
+                self._beating.release()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._watchers)
+
+    def beat(self) -> None:
+        """One beat for every registered unit (what the thread does every interval)."""
+        with self._beating:
+            with self._lock:
+                watchers = list(self._watchers.values())
+            beat(self._client, watchers)
 
     def _run(self) -> None:
-        while not self._halt.wait(POLL_SECONDS):
+        deadline = time.monotonic()
+        while True:
+            deadline += self._interval
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            deadline = max(deadline, time.monotonic() - self._interval)  # after a long stall, do not catch up
             try:
-                self.tick()
+                self.beat()
             except redis.exceptions.RedisError as err:
-                # Redis may be restarting; the lease outlives a few missed beats.
+                # Redis may be restarting; the leases outlive a few missed beats.
                 log.warning("watcher could not reach Redis: %s", err)
+            except Exception:  # the thread must outlive any one beat, or every unit of the process goes unwatched
+                log.exception("watcher beat failed")
+
+
+_pollers: dict[tuple[int, int], Poller] = {}
+_pollers_lock = threading.Lock()
+
+
+def poller_for(client: redis.Redis) -> Poller:
+    """The process's poller for this client (keyed by pid: a forked pool child starts its own thread)."""
+    key = (os.getpid(), id(client))
+    with _pollers_lock:
+        poller = _pollers.get(key)
+        if poller is None:
+            poller = _pollers[key] = Poller(client)
+        return poller

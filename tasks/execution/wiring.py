@@ -22,8 +22,14 @@ from tasks.store import connect, keys
 
 @lru_cache(maxsize=8)
 def redis_client(url: str) -> redis.Redis:
-    """One pooled client per URL per process (a forked pool child builds its own on first use)."""
-    return redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+    """One pooled client per URL per process (a forked pool child builds its own on first use).
+
+    Its pool is a blocking one sized for the units the process runs at once (`size_pools`).
+    """
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=connect.pool_size(), timeout=connect.POOL_WAIT_SECONDS, **connect.CLIENT_DEFAULTS
+    )
+    return redis.Redis(connection_pool=pool)
 
 
 def store(settings: Settings) -> redis.Redis:
@@ -31,6 +37,21 @@ def store(settings: Settings) -> redis.Redis:
     if not settings.sentinels:
         return redis_client(settings.redis_url)
     return connect.store_client(settings)
+
+
+# Pools that run many units in one process (threads, greenlets); prefork and solo run one per process.
+SHARED_PROCESS_POOLS = ("thread", "gevent", "eventlet")
+
+
+def units_per_process(pool_module: str, concurrency: int) -> int:
+    """How many units one worker process runs at once, from its Celery pool's module and concurrency."""
+    return concurrency if any(name in pool_module for name in SHARED_PROCESS_POOLS) else 1
+
+
+def size_pools(units: int) -> None:
+    """Size this process's store connection pools for `units` executions at once (before the first client)."""
+    connect.size_pool(units)
+    redis_client.cache_clear()
 
 
 def forget_clients() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 from celery import signals
+from celery.concurrency import get_implementation
 
 from agent import commands
 from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
@@ -29,7 +30,7 @@ from tasks.execution import wiring
 from tasks.runtime.approval_expiry import expire_approvals
 from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
-from tasks.store import keys
+from tasks.store import connect, keys
 
 log = logging.getLogger("baton.drain")
 
@@ -95,8 +96,9 @@ def lost_message_broker() -> redis.Redis | None:
 
 
 @signals.worker_init.connect
-def _prepare_worker(**_: Any) -> None:
+def _prepare_worker(sender: Any = None, **_: Any) -> None:
     """Load what every task needs before the pool forks; refuse to start with unloadable tools or cues."""
+    size_connection_pools(sender)
     if settings.provider == "anthropic":
         # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
         import agent.provider.anthropic_provider  # noqa: F401
@@ -126,6 +128,29 @@ def check_provider() -> list[tuple[int, str]]:
         return []
     return [(logging.WARNING, f"BATON_PROVIDER=anthropic, but {problem}; every turn and run will fail as "
                               "provider_auth")]
+
+
+def size_connection_pools(worker: Any) -> None:
+    """Size the store's connection pools for the units one process of this worker runs at once.
+
+    A threads or gevent pool runs all its `-c` units in the one process, sharing its pooled clients; prefork runs
+    one per child. Celery's own result backend and Redis broker pools are sized alike (redis-py's default fails past
+    100 connections, kombu's channel past 10).
+    """
+    concurrency = getattr(worker, "concurrency", None)
+    if not isinstance(concurrency, int) or concurrency < 1:
+        return  # "auto", or a sender that is not a WorkController: keep the defaults
+    pool = get_implementation(getattr(worker, "pool_cls", None) or app.conf.worker_pool)
+    units = wiring.units_per_process(pool.__module__, concurrency)
+    wiring.size_pools(units)
+    if units > 1:
+        app.conf.redis_max_connections = max(app.conf.redis_max_connections or 0, connect.pool_size())
+        if broker_kind(settings.broker) != "amqp":
+            # kombu's Redis channel opens at most 10 connections: on gevent, concurrent acks failed past them
+            # ("Couldn't ack ... MaxConnectionsError"), leaving the messages to come back after the visibility timeout.
+            options = dict(app.conf.broker_transport_options or {})
+            options["max_connections"] = max(options.get("max_connections", 0), connect.pool_size())
+            app.conf.broker_transport_options = options
 
 
 def check_sandbox() -> tuple[int, str]:

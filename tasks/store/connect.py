@@ -4,6 +4,11 @@ With `BATON_REDIS_SENTINELS` and `BATON_REDIS_MASTER` a client asks the Sentinel
 each new connection, and a connection that finds the old master gone (or demoted to a read-only replica)
 is dropped and made again to the new one: a promotion is followed without a restart. The password and the
 database number still come from `BATON_REDIS_URL`.
+
+The process's shared client (`store_client`) has a blocking connection pool sized for the units the process
+runs at once (`size_pool`, from the worker's pool and concurrency): past its size a command waits for a free
+connection instead of failing. redis-py's own pool fails past 100 connections ("Too many connections"), which a
+threads pool of 200 units reached.
 """
 
 from __future__ import annotations
@@ -18,18 +23,40 @@ from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from config.settings import Settings
 
 # Shared by every client: keep TCP connections alive and check an idle one before use.
-_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
+CLIENT_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
 # Through Sentinel a command may land in a failover: the old master's socket closes, and for a moment the
 # Sentinel names the new master while still flagging the failover (redis-py then raises MasterNotFoundError,
 # a ConnectionError). Measured here: ~3 s from kill -9 to promotion, then ~0.5 s of that window. Retrying
 # connection errors for ~10 s carries a command across it instead of failing the unit.
 FAILOVER_RETRIES = 12
 FAILOVER_BACKOFF_CAP = 1.0
+# A running unit holds at most two connections at once: its own thread's command and its live text's flush (the
+# poller's beat is one for the whole process). The spare covers the process's own threads (poller, sweeper).
+CONNECTIONS_PER_UNIT = 2
+SPARE_CONNECTIONS = 16
+# How long a command waits for a free connection of a full pool before it fails as a connection error.
+POOL_WAIT_SECONDS = 20
+_units = [1]  # units this process runs at once; a worker sets it before its first client (`size_pool`)
+
+
+class BlockingSentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """A Sentinel-managed pool that waits for a free connection when full (redis-py ships no such class)."""
+
+
+def size_pool(units: int) -> None:
+    """Size the shared clients' pools for `units` executions at once in this process (drops built clients)."""
+    _units[0] = max(1, units)
+    forget_clients()
+
+
+def pool_size() -> int:
+    """The most connections the process's shared store client opens."""
+    return _units[0] * CONNECTIONS_PER_UNIT + SPARE_CONNECTIONS
 
 
 def _failover_retry() -> Retry:
@@ -46,13 +73,26 @@ def _credentials(url: str) -> dict[str, Any]:
     return {k: parsed[k] for k in ("username", "password", "db") if parsed.get(k) is not None}
 
 
-def new_store_client(settings: Settings, **options: Any) -> redis.Redis:
-    """A new client of the store (the caller owns and closes it); `options` as for `redis.Redis`."""
+def new_store_client(settings: Settings, *, max_connections: int | None = None, **options: Any) -> redis.Redis:
+    """A new client of the store (the caller owns and closes it); `options` as for `redis.Redis`.
+
+    With `max_connections` its pool is a blocking one of that size: a command waits for a free connection (up to
+    `POOL_WAIT_SECONDS`) rather than failing.
+    """
     if not settings.sentinels:
-        return redis.Redis.from_url(settings.redis_url, **{**_DEFAULTS, **options})
+        if max_connections is None:
+            return redis.Redis.from_url(settings.redis_url, **{**CLIENT_DEFAULTS, **options})
+        pool = redis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=max_connections, timeout=POOL_WAIT_SECONDS,
+            **{**CLIENT_DEFAULTS, **options},
+        )
+        return redis.Redis(connection_pool=pool)
     sentinel = Sentinel(settings.sentinels, socket_timeout=options.get("socket_timeout", 5),
                         socket_connect_timeout=options.get("socket_connect_timeout", 5))
-    kwargs = {**_DEFAULTS, **_credentials(settings.redis_url), "retry": _failover_retry(), **options}
+    kwargs = {**CLIENT_DEFAULTS, **_credentials(settings.redis_url), "retry": _failover_retry(), **options}
+    if max_connections is not None:
+        kwargs.update(connection_pool_class=BlockingSentinelPool, max_connections=max_connections,
+                      timeout=POOL_WAIT_SECONDS)
     client: redis.Redis = sentinel.master_for(settings.redis_master or "", redis_class=redis.Redis, **kwargs)
     return client
 
@@ -61,7 +101,7 @@ def new_store_client(settings: Settings, **options: Any) -> redis.Redis:
 def _shared(redis_url: str, sentinels: tuple[tuple[str, int], ...], master: str | None) -> redis.Redis:
     settings = Settings(redis_url=redis_url, redis_sentinels=",".join(f"{h}:{p}" for h, p in sentinels),
                         redis_master=master)
-    return new_store_client(settings)
+    return new_store_client(settings, max_connections=pool_size())
 
 
 def store_client(settings: Settings) -> redis.Redis:

@@ -14,13 +14,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(300)
-def test_short_chaos_keeps_every_promise():
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_short_chaos_keeps_every_promise(pool: str):
     """`python -m bench.chaos --short`: ~45 s of seeded chaos (SIGKILL and SIGTERM of workers, a pool child killed,
     kill -9 of the AOF Redis, dropped/stalled/overloaded streams) over concurrent coding runs and chat turns; then
     every unit ends with a stated outcome, nothing is lost, every write effect ran exactly once (or its call shows
-    the interrupted placeholder), no two executions of one unit overlapped, and every history is valid."""
+    the interrupted placeholder), no two executions of one unit overlapped, and every history is valid. On the
+    threads pool too (concurrency 8: every unit of a worker in its one process, beaten by one poller)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.chaos", "--short", "--seed", "1"],
+        [sys.executable, "-m", "bench.chaos", "--short", "--seed", "1", "--pool", pool],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

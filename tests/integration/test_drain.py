@@ -16,6 +16,9 @@ from tests.support.processes import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 
+# The pools a drain and a crash must work on: prefork (a process per unit, the children never see the shutdown)
+# and threads (every unit in the worker's one process, beaten by one poller).
+POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
 STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
 
 
@@ -23,7 +26,8 @@ def _events(client, ident):
     return [e for e in client.events(ident)]
 
 
-def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path):
+@POOLS
+def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path, pool: str):
     """SIGTERM on the worker running a coding run: it exits within 5 s, the run finishes on the other worker
     with interruptions == 1, events and transcript say why, each write tool ran once, and the provider saw
     exactly one repeated request (the stream that was in flight)."""
@@ -32,7 +36,7 @@ def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path):
             [tool_call("record_note", {"note": "a"}), tool_call("record_note", {"note": "b"}), STALL, text("all done")]
         )
     )
-    worker_a = stack.worker("a")
+    worker_a = stack.worker("a", pool=pool)
     client = stack.client()
     ref = client.start_run("write two notes", workspace=tmp_path)
     assert stack.fake_api.wait_for_requests(3, timeout=30)  # A is mid-stream on the third step
@@ -64,10 +68,11 @@ def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path):
     worker_b.stop()
 
 
-def test_a_chat_turn_drained_mid_stream_completes_on_the_other_worker_with_one_reply(stack):
+@POOLS
+def test_a_chat_turn_drained_mid_stream_completes_on_the_other_worker_with_one_reply(stack, pool: str):
     """A chat turn whose worker drains mid-stream is requeued and finished by another worker; one reply."""
     stack.fake_api.set_handler(Script([STALL, text("the one reply")]))
-    worker_a = stack.worker("a")
+    worker_a = stack.worker("a", pool=pool)
     client = stack.client()
     ref = client.send_message("drain-chat", "hello")
     assert stack.fake_api.wait_for_requests(1, timeout=30)
@@ -145,13 +150,14 @@ def test_a_run_failed_by_a_deploy_storm_is_retried_from_what_it_finished(stack, 
     assert counting_tools.calls(redis.Redis.from_url(stack.redis_server.url), "record_note") == 1
 
 
-def test_sigkill_of_the_holder_is_recovered_by_another_worker_within_one_and_a_half_lease_ttls(stack, tmp_path):
+@POOLS
+def test_sigkill_of_the_holder_is_recovered_by_another_worker_within_one_and_a_half_lease_ttls(stack, tmp_path, pool):
     """SIGKILL the whole worker holding a run: its lease expires and another worker's sweep requeues it;
     the run resumes within 1.5 x BATON_LEASE_TTL and never has two live executions."""
     ttl = 3.0
     env = {"BATON_LEASE_TTL": str(ttl)}
     stack.fake_api.set_handler(Script([tool_call("record_note", {"note": "x"}), STALL, text("recovered")]))
-    worker_a = stack.worker("a", **env)
+    worker_a = stack.worker("a", pool=pool, **env)
     client = stack.client(**env)
     ref = client.start_run("survive a crash", workspace=tmp_path)
     assert stack.fake_api.wait_for_requests(2, timeout=30)

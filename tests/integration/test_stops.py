@@ -25,15 +25,17 @@ pytestmark = pytest.mark.integration
 
 # Watcher poll (0.5 s) + stop grace (1 s) + settling and the client's wake-up; generous for a loaded CI box.
 PROMPT_STOP_S = 4.0
+# The pools a stop must work on: prefork (a process per unit) and threads (every unit in one process, one poller).
+POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
 
 
-def _worker(stack, name: str = "w1", **env: str):
+def _worker(stack, name: str = "w1", *, pool: str | None = None, **env: str):
     """A worker whose `blocking_write` really blocks until released (up to its own 60 s).
 
     redis-py 8 defaults `socket_timeout` to 5 s, which would end the tool's 60 s BLPOP after 5 s with a
     TimeoutError (an error result the turn carries on with); the harness's counter URL override lifts it.
     """
-    return stack.worker(name, BATON_TEST_COUNTER_URL=f"{stack.redis_server.url}?socket_timeout=90", **env)
+    return stack.worker(name, pool=pool, BATON_TEST_COUNTER_URL=f"{stack.redis_server.url}?socket_timeout=90", **env)
 
 
 def _redis(stack) -> redis.Redis:
@@ -80,13 +82,14 @@ def _cli(stack, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_stop_mid_tool_settles_stopped_promptly_and_the_next_turn_pairs(stack):
+@POOLS
+def test_stop_mid_tool_settles_stopped_promptly_and_the_next_turn_pairs(stack, pool):
     """A turn stopped while its write tool blocks ends `stopped` within about poll + grace: one `turn.stopped`,
     no `turn.failed`; the transcript closes the call with the non-error placeholder, then `Stopped by user.`;
     the chat's next turn is accepted by a server enforcing tool_use/tool_result pairing and carries that
     placeholder paired with its call. The tool is never released, so only the stop can end the turn."""
     stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "n1"}), text("second done")]))
-    _worker(stack)
+    _worker(stack, pool=pool)
     client = stack.client()
     r = _redis(stack)
     try:
@@ -163,14 +166,15 @@ def test_cli_stop_prints_one_json_object_and_a_finished_chat_is_left_alone(stack
         r.rpush(counting_tools.RELEASE_KEY, "go")
 
 
-def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack):
+@POOLS
+def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack, pool):
     """A stream that sent a text fragment and then went silent is closed by a stop: the turn ends `stopped`
     long before the stall (30 s) or the idle timeout (20 s) would end it, is not replayed, and none of the
     partial text reaches the transcript."""
     stack.fake_api.set_handler(
         Script([failing(Fault(kind="stall", seconds=30, after_events=4), like=text("partial..."))])
     )
-    _worker(stack)
+    _worker(stack, pool=pool)
     client = stack.client()
     ref = client.send_message("s3", "talk slowly")
     assert stack.fake_api.wait_for_requests(1, timeout=30)
@@ -193,14 +197,15 @@ def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack):
     assert stack.fake_api.request_count == 1
 
 
-def test_worker_killed_mid_tool_is_recovered_by_the_sweep_without_rerunning_the_write(stack):
+@POOLS
+def test_worker_killed_mid_tool_is_recovered_by_the_sweep_without_rerunning_the_write(stack, pool):
     """A worker SIGKILLed (whole process group) inside a write tool leaves a `committing` ledger entry; once
     its lease (3 s) expires, a second worker's sweep requeues the turn, which replays without re-running the
     write (its result becomes the placeholder) and completes; the chat's next turn pairs cleanly."""
     stack.fake_api.set_handler(
         Script([tool_call("blocking_write", {"note": "once"}), text("recovered"), text("next done")])
     )
-    w1 = _worker(stack, "w1", BATON_LEASE_TTL="3")
+    w1 = _worker(stack, "w1", pool=pool, BATON_LEASE_TTL="3")
     client = stack.client()
     r = _redis(stack)
     try:

@@ -181,6 +181,9 @@ class ByConversation:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: hundreds of turns connecting at once would see dropped SYNs and
+    # the kernel's 1 s retransmit, a delay no real API adds.
+    request_queue_size = 1024
     fake: FakeMessagesServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -43,11 +43,14 @@ class RedisServer(EmbeddedRedis):
 class Worker:
     """A real `celery -A tasks worker` subprocess on the test's own queue."""
 
-    def __init__(self, name: str, env: dict[str, str], logdir: Path, *, concurrency: int = 2) -> None:
+    def __init__(
+        self, name: str, env: dict[str, str], logdir: Path, *, concurrency: int = 2, pool: str | None = None
+    ) -> None:
         self.name = name
         self.env = env
         self.log_path = logdir / f"worker-{name}.log"
         self.concurrency = concurrency
+        self.pool = pool
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,7 +59,7 @@ class Worker:
 
     def start(self, timeout: float = 30) -> Worker:
         queue = self.env["BATON_QUEUE"]
-        cmd = worker_command(queue, self.hostname, concurrency=self.concurrency)
+        cmd = worker_command(queue, self.hostname, concurrency=self.concurrency, pool=self.pool)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(

@@ -379,3 +379,13 @@ def test_compose_config_validates_with_the_rabbitmq_variant(front_end):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_workers_run_the_threads_pool_with_a_stated_concurrency(services):
+    """Chat and coding workers run Celery's threads pool (a turn mostly waits on the provider; a prefork child per
+    turn in flight costs ~100 MiB) with an explicit -c, the figure README's "Choosing the pool" measured."""
+    for name, svc in worker_services(services).items():
+        args = argv(svc["command"])
+        assert option_value(args, "-P") == "threads", f"{name} does not run the threads pool"
+        concurrency = option_value(args, "-c")
+        assert concurrency is not None and int(concurrency) >= 8, f"{name} needs an explicit -c"

@@ -72,3 +72,111 @@ def test_a_renewal_that_failed_is_tried_again_on_the_next_beat(clock, monkeypatc
     clock[0] += 0.5
     watcher.tick()
     assert r.pttl(keys.lease(OWNER)) > 14000
+
+
+# -- one poller for every unit of a process ---------------------------------------------------------------------
+
+
+class CountingPipelines:
+    """Counts the round trips (pipeline executions) made through a client."""
+
+    def __init__(self, client) -> None:
+        self.executed = 0
+        real = client.pipeline
+
+        def pipeline(*args, **kwargs):
+            pipe = real(*args, **kwargs)
+            execute = pipe.execute
+
+            def counted(*a, **k):
+                self.executed += 1
+                return execute(*a, **k)
+
+            pipe.execute = counted
+            return pipe
+
+        client.pipeline = pipeline
+
+
+def _unit(r, n: int, hostname: str = "w@h", ttl: float = 15.0):
+    owner = keys.owner("chat", f"c{n}")
+    lease = Lease(r, keys.lease(owner), f"t{n}|{hostname}|x|y", ttl)
+    assert lease.acquire()
+    cancel = CancelToken()
+    return watching.Watcher(r, lease, owner_id=owner, unit_id=f"t{n}", hostname=hostname, cancel=cancel), cancel
+
+
+def test_one_beat_for_many_units_is_one_round_trip_and_a_stop_cancels_only_its_unit(clock):
+    """Fifty units beat together in one pipelined round trip; a stop naming one cancels that one alone."""
+    r = fakeredis.FakeRedis()
+    units = [_unit(r, n) for n in range(50)]
+    r.set(keys.stop(units[7][0].owner_id), "t7")
+    r.set(keys.stop(units[8][0].owner_id), "someone-else")  # a stop for another turn of that chat
+    trips = CountingPipelines(r)
+    watching.beat(r, [w for w, _ in units])
+    assert trips.executed == 1
+    assert [n for n, (_, cancel) in enumerate(units) if cancel.is_set()] == [7]
+    assert units[7][1].reason == "stop"
+
+
+def test_a_beat_renews_only_the_leases_due_and_a_drain_cancels_the_drained_workers_units(clock):
+    """Units started at different times are renewed each on its own schedule; the drain flag of one worker
+    name cancels its units only (a process beating for two names keeps the other's running)."""
+    r = fakeredis.FakeRedis()
+    early, early_cancel = _unit(r, 1)
+    clock[0] += 3.0
+    late, late_cancel = _unit(r, 2, hostname="other@h")
+    for w in (early, late):
+        r.pexpire(keys.lease(w.owner_id), 9000)
+    clock[0] += 2.0  # early is 5 s old (due at a third of 15 s), late 2 s
+    watching.beat(r, [early, late])
+    assert r.pttl(keys.lease(early.owner_id)) > 14000 and r.zscore(keys.ACTIVE, early.owner_id) is not None
+    assert r.pttl(keys.lease(late.owner_id)) <= 9000 and r.zscore(keys.ACTIVE, late.owner_id) is None
+    r.set(keys.drain("w@h"), "1")
+    watching.beat(r, [early, late])
+    assert early_cancel.reason == "drain" and not late_cancel.is_set()
+
+
+def test_a_lease_taken_by_another_holder_is_lost_and_cancels(clock):
+    """A renewal that finds another token on the lease marks it lost and cancels (as a drain: nothing to write)."""
+    r = fakeredis.FakeRedis()
+    (watcher, cancel), (other, other_cancel) = _unit(r, 1), _unit(r, 2)
+    r.set(keys.lease(watcher.owner_id), "a newer execution")
+    clock[0] += 5.0
+    watching.beat(r, [watcher, other])
+    assert watcher.lease_lost and cancel.reason == "drain"
+    assert not other.lease_lost and not other_cancel.is_set()
+
+
+def test_the_process_poller_beats_registered_units_and_forgets_stopped_ones():
+    """Units started in one process share its one poller thread: a stop reaches a running unit within a beat;
+    a unit that stopped is beaten no more, and the thread stays one however many units come and go."""
+    r = fakeredis.FakeRedis()
+    units = [_unit(r, n) for n in range(20)]
+    for watcher, _ in units:
+        watcher.start(poll=False)
+    poller = watching.poller_for(r)
+    try:
+        assert len(poller) == 20
+        assert sum(t.name == "baton-poller" for t in watching.threading.enumerate()) >= 1
+        units[3][0].stop()
+        r.set(keys.stop(units[3][0].owner_id), "t3")
+        r.set(keys.stop(units[4][0].owner_id), "t4")
+        assert units[4][1].wait(5), "the poller never saw the stop"
+        assert units[4][1].reason == "stop"
+        poller.beat()  # a whole beat after the stop was seen: the stopped unit was not in it
+        assert not units[3][1].is_set() and len(poller) == 19
+    finally:
+        for watcher, _ in units:
+            watcher.stop()
+    assert len(poller) == 0
+
+
+def test_a_cancellation_that_raises_does_not_keep_the_other_units_of_the_beat_from_theirs(clock):
+    """Cancels run their callbacks in the poller's thread: one that raises is logged, the next unit still cancels."""
+    r = fakeredis.FakeRedis()
+    (first, first_cancel), (second, second_cancel) = _unit(r, 1), _unit(r, 2)
+    first_cancel.on_cancel(lambda: 1 / 0)
+    r.set(keys.drain("w@h"), "1")
+    watching.beat(r, [first, second])
+    assert first_cancel.reason == "drain" and second_cancel.reason == "drain"
