@@ -46,6 +46,9 @@ from tasks.store.replies import text_or_none
 
 log = logging.getLogger("baton.execution")
 
+# How many times a unit reads its record and takes its lease when the record keeps changing in between.
+READ_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class Loaded:
@@ -75,39 +78,15 @@ class Execution(Settling):
         if unit.driver is Driver.CHAT_TURN:
             ids["turn_id"] = unit.unit_id
         logs.context.set(ids)
-        # One round trip for the record and the chat's queue head (the head's record is the one just read).
-        pipe = client.pipeline(transaction=False)
-        pipe.hgetall(unit.record_key)
-        if unit.driver is Driver.CHAT_TURN:
-            pipe.lindex(keys.queue(unit.owner_id), 0)
-        replies = pipe.execute()
-        rec = UnitRecord.from_hash(replies[0])
-        if rec is not None:
-            # The attempt a log line belongs to: retries and resumes start a new generation.
-            logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
-        if rec is None:
-            log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
-            return Outcome("drop", "unknown unit")
-        if rec.terminal:
-            return Outcome("done", "already finished")
-        # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
-        if (
-            unit.driver is Driver.CHAT_TURN
-            and text_or_none(replies[1]) != unit.unit_id
-            and chat_head(client, unit.owner_id) != unit.unit_id
-        ):
-            # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
-            return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
-        lease = Lease(
-            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
-        )
-        loaded = self._take_lease(rec, lease)
-        if loaded is None:
-            if holder_unit(lease.holder()) == unit.unit_id:
-                return Outcome("drop", "a live execution of this unit holds its lease")
-            # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
-            # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
-            return Outcome("defer", "another unit of this owner holds the lease", 0.2)
+        for _ in range(READ_ATTEMPTS):
+            taken = self._read_and_take_lease(ids)
+            if taken is not None:
+                break
+        else:
+            return Outcome("defer", "its record changed each time the lease was taken", 0.2)
+        if isinstance(taken, Outcome):
+            return taken
+        rec, lease, loaded = taken
         self.fence = Fence(client, lease.key, lease.token)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
@@ -140,8 +119,54 @@ class Execution(Settling):
 
     # -- the steps -------------------------------------------------------------------------------
 
-    def _take_lease(self, rec: UnitRecord, lease: Lease) -> Loaded | None:
-        """Take the lease and, in the same round trip, read what the execution starts from (None: not taken).
+    def _read_and_take_lease(self, ids: dict[str, object]) -> tuple[UnitRecord, Lease, Loaded] | Outcome | None:
+        """Read the record, decide whether to run, take the lease: what to run with, what to do instead, or
+        None when the record changed between its read and the lease (the lease given back: read it again)."""
+        unit, client = self.unit, self.client
+        # One round trip for the record and the chat's queue head (the head's record is the one just read).
+        pipe = client.pipeline(transaction=False)
+        pipe.hgetall(unit.record_key)
+        if unit.driver is Driver.CHAT_TURN:
+            pipe.lindex(keys.queue(unit.owner_id), 0)
+        replies = pipe.execute()
+        rec = UnitRecord.from_hash(replies[0])
+        if rec is not None:
+            # The attempt a log line belongs to: retries and resumes start a new generation.
+            logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
+        if rec is None:
+            log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
+            return Outcome("drop", "unknown unit")
+        if rec.terminal:
+            return Outcome("done", "already finished")
+        # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
+        if (
+            unit.driver is Driver.CHAT_TURN
+            and text_or_none(replies[1]) != unit.unit_id
+            and chat_head(client, unit.owner_id) != unit.unit_id
+        ):
+            # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
+            return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
+        lease = Lease(
+            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
+        )
+        taken = self._take_lease(rec, lease)
+        if taken is None:
+            if holder_unit(lease.holder()) == unit.unit_id:
+                return Outcome("drop", "a live execution of this unit holds its lease")
+            # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
+            # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
+            return Outcome("defer", "another unit of this owner holds the lease", 0.2)
+        loaded, record_now = taken
+        if record_now != replies[0]:
+            # Written between our read and our lease: a duplicate copy that read a running unit which then
+            # settled and freed its lease would otherwise run it again from the stale record. Decide afresh.
+            lease.release()
+            return None
+        return rec, lease, loaded
+
+    def _take_lease(self, rec: UnitRecord, lease: Lease) -> tuple[Loaded, dict[bytes | str, bytes | str]] | None:
+        """Take the lease and, in the same round trip, read what the execution starts from and the record as it
+        is now (None: not taken).
 
         The reads run after the SET on the same connection, so once the lease is ours they see every write of
         the previous holder (its writes are fenced, so none can land after we hold the lease).
@@ -149,6 +174,7 @@ class Execution(Settling):
         unit = self.unit
         pipe = self.client.pipeline(transaction=False)
         pipe.set(lease.key, lease.token, nx=True, px=lease.ttl_ms)
+        pipe.hgetall(unit.record_key)
         pipe.get(keys.stop(unit.owner_id))
         pipe.exists(keys.drain(self.hostname))
         # A started generation reads its history up to its own messages; a new one reads all of it.
@@ -158,11 +184,11 @@ class Execution(Settling):
             # Only a generation whose start was committed can have journaled steps or streamed text.
             pipe.hgetall(keys.journal(unit.owner_id, unit.unit_id, rec.generation))
             pipe.hgetall(keys.live(unit.owner_id, unit.unit_id, rec.generation))
-        acquired, stop, draining, transcript, *rest = pipe.execute()
+        acquired, record_now, stop, draining, transcript, *rest = pipe.execute()
         if not acquired:
             return None
         journal, live = rest if started else ({}, {})
-        return Loaded(text_or_none(stop), bool(draining), journal, live, transcript)
+        return Loaded(text_or_none(stop), bool(draining), journal, live, transcript), record_now
 
     def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
         unit, settings = self.unit, self.settings
