@@ -90,7 +90,7 @@ def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amq
     assert work["type"] == "quorum"
     assert work["arguments"]["x-dead-letter-exchange"] == "baton.deadletter"
     assert queues[dead_letter_queue_name(stack.queue)]["type"] == "quorum"
-    assert int(work["messages"]) == 0
+    rabbitmq.wait_for_messages(stack.queue, 0)
 
 
 def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write_once(broker_stack, tmp_path, request):
@@ -205,7 +205,7 @@ def test_poison_messages_are_dead_lettered_on_the_broker_and_the_worker_stays_he
     result = client.wait(client.send_message("healthy", "are you there?"), timeout=30)
     assert result.status == "completed" and result.reply == "still healthy"
     assert worker.alive
-    assert int(rabbitmq.queues()[dead_letter_queue_name(stack.queue)]["messages"]) == 0  # we read all four
+    rabbitmq.wait_for_messages(dead_letter_queue_name(stack.queue), 0)  # we read all four
 
 
 
