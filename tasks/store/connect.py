@@ -56,7 +56,7 @@ def describe_store(settings: Settings) -> str:
     if not settings.sentinels:
         return safe_url(settings.redis_url)
     sentinels = ",".join(f"{host}:{port}" for host, port in settings.sentinels)
-    return f"the master {settings.redis_master!r} of the Sentinels {sentinels}"
+    return f"(master {settings.redis_master!r} through the Sentinels {sentinels})"
 
 
 def _credentials(url: str) -> dict[str, Any]:

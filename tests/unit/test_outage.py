@@ -33,4 +33,4 @@ def test_places_are_named_without_their_password():
     assert describe_store(plain) == "redis://:**@10.0.0.5:6379/0"
     sentinel = Settings(redis_url="redis://:hunter2@ignored:6379/0", redis_sentinels="s1:26379,s2:26379",
                         redis_master="baton")
-    assert describe_store(sentinel) == "the master 'baton' of the Sentinels s1:26379,s2:26379"
+    assert describe_store(sentinel) == "(master 'baton' through the Sentinels s1:26379,s2:26379)"
