@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import time
 import uuid
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from celery import Celery
 
@@ -15,12 +18,32 @@ from agent.messages import Message
 from agent.rounds import same_text
 from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
+from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import keys
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
-from tasks.store.reads import chat_head, load_record, load_transcript
-from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
+from tasks.store.reads import chat_head, chat_head_record, load_record, load_transcript
+from tasks.store.records import (
+    Failure,
+    RunRef,
+    RunStatus,
+    TurnRef,
+    TurnResult,
+    UnitRecord,
+    run_status,
+    turn_result,
+)
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
+from tasks.store.withdrawal import withdraw
+
+__all__ = ["Client", "NotFound", "Unavailable", "ValidationError"]
+
+log = logging.getLogger("baton.client")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# A client that cannot reach the store says so within seconds instead of waiting on the kernel's connect timeout.
+STORE_CONNECT_TIMEOUT = 5.0
 
 Kind = Literal["chat", "run"]
 
@@ -56,6 +79,21 @@ class NotFound(LookupError):
     """No chat turn or run by that id."""
 
 
+def _reaching(method: Callable[P, R]) -> Callable[P, R]:
+    """The store's connection errors leave a public method as `Unavailable`, naming the store."""
+
+    @functools.wraps(method)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except STORE_ERRORS as err:
+            client = args[0]
+            assert isinstance(client, Client)
+            raise Unavailable("store", client.settings, err) from err
+
+    return guarded
+
+
 def _check_id(value: object, what: str) -> str:
     if not isinstance(value, str) or not keys.ID_PATTERN.match(value):
         raise ValidationError(
@@ -68,7 +106,7 @@ def _check_id(value: object, what: str) -> str:
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
-        self.redis = new_store_client(self.settings)
+        self.redis = new_store_client(self.settings, socket_connect_timeout=STORE_CONNECT_TIMEOUT)
         self._celery = Celery("baton-client")
         self._celery.conf.update(celery_config(self.settings))
 
@@ -90,6 +128,7 @@ class Client:
             raise ValidationError(f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}")
         return text
 
+    @_reaching
     def send_message(self, chat_id: str, text: str) -> TurnRef:
         """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead."""
         _check_id(chat_id, "chat_id")
@@ -115,7 +154,7 @@ class Client:
         pipe.xadd(keys.events(owner), {"e": encode_event("turn.queued", owner, {"turn_id": turn_id})})
         pipe.zadd(keys.PENDING, {owner: now})  # the sweep republishes it if the broker loses its message
         pipe.execute()
-        self._celery.send_task("baton.chat_turn", args=[chat_id, turn_id], task_id=task_id, queue=self.settings.queue)
+        self._send(rec)
         return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
 
     def _last_turn(self, owner: str) -> UnitRecord | None:
@@ -132,19 +171,19 @@ class Client:
             {"e": encode_event("turn.queued", rec.owner_id, {"turn_id": rec.unit_id, "retry": True})},
         )
         pipe.execute()
-        chat_id = rec.owner_id.partition(":")[2]
-        self._celery.send_task(
-            "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=task_id, queue=self.settings.queue
-        )
-        return TurnRef(chat_id=chat_id, turn_id=rec.unit_id, task_id=task_id)
+        self._send(rec, task_id)
+        return TurnRef(chat_id=rec.owner_id.partition(":")[2], turn_id=rec.unit_id, task_id=task_id)
 
     def _requeue_failed(self, rec: UnitRecord, task_id: str) -> None:
+        # A unit that failed before it ever started (its publish failed) is started afresh: its first generation
+        # still has to write the user's message. Any other starts a new generation that may resume a stored round.
+        never_started = rec.generation == 0 and rec.history_len < 0
         self.redis.hset(
             keys.record(rec.owner_id, rec.unit_id),
             mapping={
                 "status": json.dumps("queued"),
-                "generation": json.dumps(rec.generation + 1),
-                "resume_pending": "true",
+                "generation": json.dumps(rec.generation if never_started else rec.generation + 1),
+                "resume_pending": json.dumps(not never_started),
                 "history_len": "-1",
                 "failure": "null",
                 "task_id": json.dumps(task_id),
@@ -154,12 +193,14 @@ class Client:
         )
         self.redis.zadd(keys.PENDING, {rec.owner_id: time.time()})
 
+    @_reaching
     def turn(self, chat_id: str, turn_id: str) -> TurnResult:
         rec = load_record(self.redis, keys.owner("chat", _check_id(chat_id, "chat_id")), _check_id(turn_id, "turn_id"))
         if rec is None:
             raise NotFound(f"no turn {turn_id} in chat {chat_id}")
         return turn_result(rec)
 
+    @_reaching
     def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
         """Block until the turn or run ends or waits for an approval (awaiting its events, not polling
         blindly), or the timeout passes."""
@@ -198,6 +239,7 @@ class Client:
         run_owner = keys.owner("run", ident)
         return run_owner if self.redis.exists(keys.record(run_owner, ident)) else keys.owner("chat", ident)
 
+    @_reaching
     def retry(self, ident: str, *, kind: Kind | None = None) -> TurnRef | RunRef:
         """Re-run a chat's last failed turn or a failed run; resumes from a stored round if one is live.
 
@@ -210,13 +252,14 @@ class Client:
                 raise ValidationError(f"run {ident} has not failed (status {rec.status if rec else 'unknown'})")
             task_id = str(uuid.uuid4())
             self._requeue_failed(rec, task_id)
-            self._celery.send_task("baton.coding_run", args=[ident], task_id=task_id, queue=self.settings.queue)
+            self._send(rec, task_id)
             return RunRef(run_id=ident, task_id=task_id)
         last = self._last_turn(owner)
         if last is None or last.status != "failed":
             raise ValidationError(f"chat {ident} has no failed last turn to retry")
         return self._retry_turn(last)
 
+    @_reaching
     def stop(self, ident: str, *, kind: Kind | None = None) -> dict[str, Any]:
         """Ask the running (or queued) turn or run to stop; says so when there is nothing to stop."""
         owner = self._owner(ident, kind)
@@ -243,10 +286,12 @@ class Client:
         )
         return bool(woke)
 
+    @_reaching
     def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""
         return load_transcript(self.redis, self._owner(ident, kind))
 
+    @_reaching
     def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:
         """The chat's or run's events after `after` (exclusive), in order; live text is left out."""
         key = keys.events(self._owner(ident, kind))
@@ -258,6 +303,7 @@ class Client:
                 out.append(event)
         return out
 
+    @_reaching
     def follow(
         self, ident: str, after: str | None = None, block_ms: int = 1000, *, kind: Kind | None = None
     ) -> list[Event]:
@@ -273,12 +319,14 @@ class Client:
 
     # -- approvals -------------------------------------------------------------------------------
 
+    @_reaching
     def approve(
         self, ident: str, tool_use_id: str, *, by: str | None = None, kind: Kind | None = None
     ) -> dict[str, Any]:
         """Approve a call that waits for approval; the unit resumes on any worker once all its calls are decided."""
         return self._decide(ident, tool_use_id, "approved", reason=None, by=by, kind=kind)
 
+    @_reaching
     def deny(
         self,
         ident: str,
@@ -311,19 +359,54 @@ class Client:
             out["already_decided"] = True
         return out
 
-    def _send(self, rec: UnitRecord) -> None:
-        if rec.kind == "run":
-            self._celery.send_task(
-                "baton.coding_run", args=[rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+    def _send(self, rec: UnitRecord, task_id: str | None = None) -> None:
+        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
+        is failed as retryable rather than left queued for a message nobody holds, and `Unavailable` says so."""
+        task_id = task_id or rec.task_id
+        try:
+            self._publish(rec, task_id)
+        except BROKER_ERRORS as err:
+            failure = Failure.model_validate(
+                {
+                    "class": "infra_transient",
+                    "retryable": True,
+                    "message": "Baton could not reach the broker to start it; nothing ran. Retry when it is back.",
+                }
             )
+            withdrawn = withdraw(self.redis, rec, task_id, failure)
+            if withdrawn and rec.kind == "turn":
+                self._start_next(rec.owner_id)
+            what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
+            consequence = (
+                f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
+                if withdrawn
+                else f"{what} {rec.unit_id} may still start"
+            )
+            raise Unavailable("broker", self.settings, err, consequence=consequence) from err
+
+    def _publish(self, rec: UnitRecord, task_id: str) -> None:
+        if rec.kind == "run":
+            self._celery.send_task("baton.coding_run", args=[rec.unit_id], task_id=task_id, queue=self.settings.queue)
         else:
             chat_id = rec.owner_id.partition(":")[2]
             self._celery.send_task(
-                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=rec.task_id, queue=self.settings.queue
+                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=task_id, queue=self.settings.queue
             )
+
+    def _start_next(self, owner_id: str) -> None:
+        """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not
+        at the head) is published, as a settle would. Best effort: the broker was just found unreachable."""
+        nxt = chat_head_record(self.redis, owner_id)
+        if nxt is None or nxt.status != "queued":
+            return
+        try:
+            self._publish(nxt, nxt.task_id)
+        except BROKER_ERRORS as err:
+            log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
 
     # -- coding runs -----------------------------------------------------------------------------
 
+    @_reaching
     def start_run(self, goal: str, workspace: str | os.PathLike[str], run_id: str | None = None) -> RunRef:
         self._check_text(goal)
         path = os.path.realpath(os.fspath(workspace))
@@ -348,9 +431,10 @@ class Client:
         self.redis.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
         self.redis.sadd(keys.RUNS, run_id)
         self.redis.zadd(keys.PENDING, {owner: now})
-        self._celery.send_task("baton.coding_run", args=[run_id], task_id=task_id, queue=self.settings.queue)
+        self._send(rec)
         return RunRef(run_id=run_id, task_id=task_id)
 
+    @_reaching
     def run_status(self, run_id: str) -> RunStatus:
         rec = load_record(self.redis, keys.owner("run", _check_id(run_id, "run_id")), run_id)
         if rec is None:

@@ -1,4 +1,5 @@
-"""How failures become HTTP answers: 422 with the client's message, 404 for unknown ids, 503 without Redis."""
+"""How failures become HTTP answers: 422 with the client's message, 404 for unknown ids, 503 without the store or
+the broker."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from tasks.client import NotFound, ValidationError
+from tasks.client import NotFound, Unavailable, ValidationError
 
 log = logging.getLogger("baton.web")
 
@@ -57,10 +58,17 @@ async def _store_down(_request: Request, err: redis.RedisError) -> JSONResponse:
     return JSONResponse({"detail": "the store (Redis) is unavailable; try again"}, status_code=503)
 
 
+async def _unavailable(_request: Request, err: Unavailable) -> JSONResponse:
+    # The log gets the whole sentence (the address, password masked); the caller only what is down.
+    log.warning("%s", err)
+    return JSONResponse({"detail": f"{err.label} is unavailable; try again"}, status_code=503)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on `app`."""
     app.add_exception_handler(RequestValidationError, _request_invalid)  # type: ignore[arg-type]
     app.add_exception_handler(ValidationError, _client_invalid)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(Unavailable, _unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(redis.ConnectionError, _store_down)  # type: ignore[arg-type]
     app.add_exception_handler(redis.TimeoutError, _store_down)  # type: ignore[arg-type]

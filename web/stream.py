@@ -98,6 +98,9 @@ async def relay(store: aioredis.Redis, key: str, after: str) -> AsyncIterator[Se
                     yield message
     except (redis.ConnectionError, redis.TimeoutError) as err:
         log.warning("stream %s ended: store unavailable (%s)", key, type(err).__name__)
+        # Said, not just done: a raw client sees why the stream closed; a browser reconnects after RECONNECT_MS
+        # with its Last-Event-ID (a 503 instead would make an EventSource give up for good).
+        yield ServerSentEvent(comment="the store (Redis) is unavailable; reconnect with Last-Event-ID")
 
 
 def stream_response(request: Request, owner_id: str) -> EventSourceResponse:

@@ -20,6 +20,26 @@ from agent.failures import FailureClass, IncompleteStream
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
 
+NO_CREDENTIALS = (
+    "no Anthropic credentials are configured: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or an Anthropic "
+    "profile) in the workers' environment"
+)
+
+
+def _has_credentials(client: anthropic.Anthropic) -> bool:
+    # The SDK resolves a key, a token, a profile or federation at construction, and only complains (a TypeError)
+    # when a request is sent: asking it what it resolved lets a worker say so at start and bill nothing.
+    return any(getattr(client, name, None) is not None for name in ("api_key", "auth_token", "credentials"))
+
+
+def credentials_problem() -> str | None:
+    """What a worker logs at start when the SDK finds no credentials; None when it does."""
+    try:
+        client = anthropic.Anthropic(max_retries=0)
+    except anthropic.AnthropicError as err:  # e.g. a profile named that cannot be read
+        return f"{NO_CREDENTIALS} ({err})"
+    return None if _has_credentials(client) else NO_CREDENTIALS
+
 
 class AnthropicProvider:
     """Streams answers from the Messages API; every fault surfaces as `AttemptFailed` for replay."""
@@ -31,16 +51,15 @@ class AnthropicProvider:
     def _get_client(self) -> anthropic.Anthropic:
         if self._client is None:
             try:
-                self._client = anthropic.Anthropic(
+                client = anthropic.Anthropic(
                     max_retries=0,  # the retry budget is ours alone; budgets must never multiply
                     timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
                 )
             except anthropic.AnthropicError as err:
-                raise ProviderError(
-                    "no Anthropic API key is configured (set ANTHROPIC_API_KEY)",
-                    failure_class=FailureClass.PROVIDER_AUTH,
-                    retryable=False,
-                ) from err
+                raise _no_credentials() from err
+            if not _has_credentials(client):
+                raise _no_credentials()
+            self._client = client
         return self._client
 
     def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
@@ -56,8 +75,9 @@ class AnthropicProvider:
         if request.system:
             params["system"] = request.system
         snapshot = Snapshot()
+        client = self._get_client()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
-            stream = self._get_client().messages.create(**params)
+            stream = client.messages.create(**params)
         except Exception as err:
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
         unregister = cancel.on_cancel(lambda: _abort(stream.response))
@@ -102,3 +122,7 @@ def _abort(response: httpx2.Response) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(Exception):
         response.close()
+
+
+def _no_credentials() -> ProviderError:
+    return ProviderError(NO_CREDENTIALS, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)

@@ -1,6 +1,7 @@
 """`baton`: the command line. Every command takes --json and then prints exactly one JSON object.
 
-Exit status: 0 success (enqueued, or completed with --wait), 1 failed/stopped/timeout, 2 bad input.
+Exit status: 0 success (enqueued, or completed with --wait), 1 failed/stopped/timeout or the store or broker
+unreachable (the message says which, and where), 2 bad input.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tasks.cli.serve import serve
 
         return serve(args.host, args.port)
-    from tasks.client import Client, NotFound, ValidationError
+    from tasks.client import Client, NotFound, Unavailable, ValidationError
 
     try:
         client = Client()
@@ -101,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": str(err)}))
         print(f"baton: {err}", file=sys.stderr)
         return 2
+    except Unavailable as err:
+        if args.json:
+            print(json.dumps({"error": str(err), "unavailable": err.part}))
+        print(f"baton: {err}", file=sys.stderr)
+        return 1
     finally:
         client.close()
 

@@ -37,6 +37,7 @@ from tasks.execution.live import RedisLiveText
 from tasks.execution.settling import Outcome, Settling, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
+from tasks.store.failover import behind_sentinel, replication_id
 from tasks.store.fenced import Batch, Fence
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
@@ -70,6 +71,7 @@ class Execution(Settling):
         self.client = wiring.store(settings)
         self.cancel = CancelToken()
         self.live: RedisLiveText | None = None
+        self.replication_id: str | None = None
 
     def run(self) -> Outcome:
         unit, client = self.unit, self.client
@@ -88,6 +90,8 @@ class Execution(Settling):
             return taken
         rec, lease, loaded = taken
         self.fence = Fence(client, lease.key, lease.token)
+        # Behind Sentinel, where the store can fail over under this execution: read now, compared at the settle.
+        self.replication_id = replication_id(client) if behind_sentinel(client) else None
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )

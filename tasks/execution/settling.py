@@ -24,6 +24,7 @@ from agent.state import LoopState, tool_summary
 from tasks.execution import wiring
 from tasks.store import keys
 from tasks.store.approvals import due_member
+from tasks.store.failover import FAILOVER_NOTICE, failed_over, replication_id
 from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
@@ -79,6 +80,7 @@ class Settling:
     settings: Settings
     fence: Fence
     live: RedisLiveText | None
+    replication_id: str | None
 
     def _event(self, batch: Batch, kind: str, data: dict[str, object]) -> None:
         batch.xadd(keys.events(self.unit.owner_id), encode_event(kind, self.unit.owner_id, {**self._ids(), **data}))
@@ -132,6 +134,10 @@ class Settling:
         )
         unit = self.unit
         batch = Batch()
+        failover = self.replication_id is not None and failed_over(self.replication_id, replication_id(self.client))
+        if failover:
+            # Not silent: what the failover may have cost is in the outcome (a notice, and a mark on the event).
+            extra = [*(extra or []), notice("failover", FAILOVER_NOTICE, unit.unit_id)]
         messages = [*state.messages[rec.committed :], *(extra or [])]
         if status == "failed":
             messages = list(extra or [])  # a failed turn keeps no half-finished rounds in its transcript
@@ -160,6 +166,8 @@ class Settling:
             },
         )
         data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
+        if failover:
+            data["store_failover"] = True
         if status != "completed":
             data.update(self._cut())  # text the unit was streaming when it failed or stopped is void
         if failure is not None:

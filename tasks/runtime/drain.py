@@ -26,6 +26,7 @@ from celery import signals
 from agent import commands
 from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
 from config.topology import broker_kind
+from tasks import reach
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.approval_expiry import expire_approvals
@@ -33,13 +34,13 @@ from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.outage import Outage
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
 from tasks.store import keys
-from tasks.store.connect import describe_store, safe_url
 
 log = logging.getLogger("baton.drain")
 
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
 _sandbox_notice: list[tuple[int, str]] = []
+_provider_notice: list[tuple[int, str]] = []
 
 
 @signals.worker_shutting_down.connect
@@ -49,8 +50,8 @@ def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_:
         wiring.store(settings).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
     except (redis.ConnectionError, redis.TimeoutError) as err:  # a shutdown must go on even if Redis is gone
-        log.error("drain: could not set the drain flag for %s: cannot reach the store %s (%s)", hostname,
-                  describe_store(settings), err)
+        unreachable = reach.Unavailable("store", settings, err)
+        log.error("drain: could not set the drain flag for %s: %s", hostname, unreachable)
     except Exception:
         log.exception("drain: could not set the drain flag for %s", hostname)
     _sweeper_halt.set()
@@ -61,6 +62,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     hostname = getattr(sender, "hostname", None) or str(sender)
     for level, message in _sandbox_notice:
         log.log(level, "sandbox: %s", message)
+    for level, message in _provider_notice:
+        log.log(level, "provider: %s", message)
     # Nothing here may need the store: a worker started while it is down must still start its sweeps, which
     # wait for it (a handler that raised here left the worker consuming with no sweeper at all).
     threading.Thread(target=_sweep_forever, args=(hostname,), name="baton-sweeper", daemon=True).start()
@@ -75,10 +78,11 @@ def _sweep_forever(hostname: str) -> None:
     # closes and then redelivers it, so no republish is needed there (and one while a copy is queued would
     # only make a second copy for the lease to turn away).
     broker = lost_message_broker()
-    store = Outage(f"the store {describe_store(settings)}", interval)
+    store = Outage(f"{reach.label('store', settings)} at {reach.store_address(settings)}", interval)
     # Its own outage when the broker is another Redis (Celery's consumer says so too, in its own words).
     elsewhere = broker is not None and settings.broker not in (settings.redis_url, settings.result_backend)
-    lost_messages = Outage(f"the broker {safe_url(settings.broker)}", interval) if elsewhere else store
+    broker_place = f"{reach.label('broker', settings)} at {reach.broker_address(settings)}"
+    lost_messages = Outage(broker_place, interval) if elsewhere else store
     cleared = False  # a drain flag left by this hostname's previous life (it expires, but would drain us now)
     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
     while True:
@@ -142,6 +146,21 @@ def _prepare_worker(**_: Any) -> None:
             _refuse_to_start("BATON_SCRIPTED_CUES", err)
     # Probed here, before the pool forks; logged once the worker's logging is set up (in worker_ready).
     _sandbox_notice[:] = [check_sandbox()]
+    _provider_notice[:] = check_provider()
+
+
+def check_provider() -> list[tuple[int, str]]:
+    """A warning when the provider cannot authenticate: the worker still starts (a key may be fixed by a redeploy
+    while turns wait in the queue), but says at start what every unit will fail with."""
+    if settings.provider != "anthropic":
+        return []
+    from agent.provider.anthropic_provider import credentials_problem
+
+    problem = credentials_problem()
+    if problem is None:
+        return []
+    return [(logging.WARNING, f"BATON_PROVIDER=anthropic, but {problem}; every turn and run will fail as "
+                              "provider_auth")]
 
 
 def check_sandbox() -> tuple[int, str]:

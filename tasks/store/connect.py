@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -39,24 +38,6 @@ def _failover_retry() -> Retry:
 
 def _async_failover_retry() -> AsyncRetry:
     return AsyncRetry(ExponentialBackoff(cap=FAILOVER_BACKOFF_CAP, base=0.05), FAILOVER_RETRIES)
-
-
-def safe_url(url: str) -> str:
-    """The URL as a person can be shown it: any password replaced by `**` (the user name kept)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:**@{host}"))
-
-
-def describe_store(settings: Settings) -> str:
-    """Where the store is, for a log line or an error message: its URL (no password), or its Sentinels."""
-    if not settings.sentinels:
-        return safe_url(settings.redis_url)
-    sentinels = ",".join(f"{host}:{port}" for host, port in settings.sentinels)
-    return f"(master {settings.redis_master!r} through the Sentinels {sentinels})"
 
 
 def _credentials(url: str) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
-from redis.sentinel import SentinelConnectionPool
 
 from agent.edge import EventDraft
 from agent.events import encode_event
 from tasks.store import keys
+from tasks.store.failover import behind_sentinel
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
 from tasks.store.replies import text
 
@@ -51,7 +51,7 @@ class RedisJournal:
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
         # Behind Sentinel, a write tool's write-ahead entry must reach a replica before the tool runs: Redis
         # replicates asynchronously, and a failover that lost the entry would let a replay run the tool again.
-        self.confirm_replicas = 1 if isinstance(client.connection_pool, SentinelConnectionPool) else 0
+        self.confirm_replicas = 1 if behind_sentinel(client) else 0
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive

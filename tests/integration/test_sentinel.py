@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tasks.store.failover import FAILOVER_NOTICE
 from tests.conftest import Stack
 from tests.support import counting_tools
 from tests.support.processes import RedisServer
@@ -79,8 +80,8 @@ def test_turns_and_a_run_go_on_after_the_master_is_killed_and_the_replica_promot
     replicated: ReplicatedRedis, redis_server: RedisServer, fake_api, tmp_path: Path
 ):
     """Turns complete before the failover; a run whose write tool is mid-call when the master is killed (its
-    writes replicated first: WAIT 1) completes afterwards with the write run once; turns sent after the
-    promotion complete on the same, never restarted, worker."""
+    writes replicated first: WAIT 1) completes afterwards with the write run once, its outcome stating the
+    failover; turns sent after the promotion complete on the same, never restarted, worker."""
     stack = _sentinel_stack(replicated, redis_server, fake_api, tmp_path)
     counter = redis.Redis.from_url(redis_server.url, socket_timeout=None)
     try:
@@ -107,11 +108,18 @@ def test_turns_and_a_run_go_on_after_the_master_is_killed_and_the_replica_promot
         status = client.wait(ref, timeout=90)
         assert status.status == "completed" and status.reply == "ran", status
         assert counting_tools.calls(counter, "blocking_write") == 1
+        # Not silent: the run's outcome says the store failed over under it; the turns around it say nothing.
+        [done] = [e for e in client.events(ref.run_id) if e.type == "run.completed"]
+        assert done.model_dump().get("store_failover") is True
+        notes = [b.text for m in client.transcript(ref.run_id) if m.role == "notice" for b in m.content]
+        assert FAILOVER_NOTICE in notes
+        assert not any(e.model_dump().get("store_failover") for e in client.events("before"))
 
         started = time.monotonic()
         for n in range(2):
             result = client.wait(client.send_message("after", f"again {n}"), timeout=60)
             assert result.status == "completed" and result.reply == "reply"
+        assert not any(e.model_dump().get("store_failover") for e in client.events("after"))
         after = time.monotonic() - started
         assert worker.alive
         print(f"sentinel: replica promoted {promoted:.2f}s after kill -9; two turns after it took {after:.2f}s")

@@ -1,0 +1,36 @@
+"""Noticing that the store failed over under an execution, so its outcome can say so instead of staying silent.
+
+Redis replicates asynchronously: a promotion loses whatever the old master had acknowledged but not yet sent.
+Baton confirms only a write tool's write-ahead entry with a replica (the journal's WAIT), so the rest of what a
+failover can lose is safe to lose (a journaled provider step is redone, and billed again; a lease renewal or an
+event may vanish) but was silent. A promoted replica starts a new replication history, so the master's
+`master_replid` changes: an execution that reads it when it starts and again when it settles knows whether a
+failover fell in between, and its outcome states what that may have cost.
+"""
+
+from __future__ import annotations
+
+import redis
+from redis.sentinel import SentinelConnectionPool
+
+FAILOVER_NOTICE = (
+    "The store (Redis) failed over while this ran: writes it had not yet replicated may have been lost. A lost"
+    " step was redone (and billed again); a write tool never ran twice."
+)
+
+
+def behind_sentinel(client: redis.Redis) -> bool:
+    """Whether the store is reached through Sentinel, the topology that can fail over under a unit."""
+    return isinstance(client.connection_pool, SentinelConnectionPool)
+
+
+def replication_id(client: redis.Redis) -> str | None:
+    """The master's current replication id (one round trip), or None when the store does not say."""
+    info = client.info("replication")
+    value = info.get("master_replid") if isinstance(info, dict) else None
+    return str(value) if value else None
+
+
+def failed_over(at_start: str | None, now: str | None) -> bool:
+    """Whether the replication history changed between two readings (an unreadable one proves nothing)."""
+    return at_start is not None and now is not None and at_start != now
