@@ -19,7 +19,6 @@ INCLUDE = [
     "tasks.runtime.logs",
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
-    "tasks.runtime.topology",
     "tasks.runtime.kombu_fixes",
 ]
 

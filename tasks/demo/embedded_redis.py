@@ -49,7 +49,8 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A private redis-server process on a free loopback port, stopped by `stop()`."""
 
-    def __init__(self, workdir: Path, *, aof: bool = False, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, *, aof: bool = False, port: int | None = None,
+                 password: str | None = None) -> None:
         binary = find_redis_server()
         if binary is None:
             raise RuntimeError(
@@ -59,11 +60,13 @@ class EmbeddedRedis:
         self.dir = workdir
         self.aof = aof
         self.port = port or free_port()
+        self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10) -> EmbeddedRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +84,7 @@ class EmbeddedRedis:
             str(self.dir / "redis.log"),
         ]
         args += ["--appendonly", "yes", "--appendfsync", "everysec"] if self.aof else ["--appendonly", "no"]
+        args += ["--requirepass", self.password] if self.password else []
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while not reachable(self.url, 0.2):

@@ -105,7 +105,14 @@ class Execution(Settling):
             if chat_head(client, unit.owner_id) != unit.unit_id:
                 # No polling: the settle of the turn ahead publishes this one when it leaves the queue.
                 return Outcome("drop", "an earlier turn of this chat is unfinished; its settle starts this one")
-            loaded = self._take_lease(rec, lease)  # the head now, once finished turns were cleared: rare
+            # The head now, once finished turns were cleared (rare). The lease comes in a round trip of its own
+            # here, so the record is read again with it: a duplicate copy whose unit settled and freed its lease
+            # in between would otherwise run it again from the record it read before.
+            retaken = self._take_lease(rec, lease)
+            if retaken is not None and retaken[1] != taken.record:
+                lease.release()
+                return Outcome("defer", "its record changed while its lease was taken; decided again", 0.0)
+            loaded = retaken[0] if retaken is not None else None
         else:
             loaded = self._loaded(rec, taken) if taken.acquired else None
         if loaded is None:
@@ -154,8 +161,9 @@ class Execution(Settling):
 
     # -- the steps -------------------------------------------------------------------------------
 
-    def _take_lease(self, rec: UnitRecord, lease: Lease) -> Loaded | None:
-        """Take the lease and, in the same round trip, read what the execution starts from (None: not taken).
+    def _take_lease(self, rec: UnitRecord, lease: Lease) -> tuple[Loaded, dict[bytes | str, bytes | str]] | None:
+        """Take the lease and, in the same round trip, read what the execution starts from and the record as it
+        is now (None: not taken).
 
         The reads run after the SET on the same connection, so once the lease is ours they see every write of
         the previous holder (its writes are fenced, so none can land after we hold the lease).
@@ -163,6 +171,7 @@ class Execution(Settling):
         unit = self.unit
         pipe = self.client.pipeline(transaction=False)
         pipe.set(lease.key, lease.token, nx=True, px=lease.ttl_ms)
+        pipe.hgetall(unit.record_key)
         pipe.get(keys.stop(unit.owner_id))
         pipe.exists(keys.drain(self.hostname))
         # A started generation reads its history up to its own messages; a new one reads all of it.
@@ -172,11 +181,11 @@ class Execution(Settling):
             # Only a generation whose start was committed can have journaled steps or streamed text.
             pipe.hgetall(keys.journal(unit.owner_id, unit.unit_id, rec.generation))
             pipe.hgetall(keys.live(unit.owner_id, unit.unit_id, rec.generation))
-        acquired, stop, draining, transcript, *rest = pipe.execute()
+        acquired, record_now, stop, draining, transcript, *rest = pipe.execute()
         if not acquired:
             return None
         journal, live = rest if started else ({}, {})
-        return Loaded(text_or_none(stop), bool(draining), journal, live, transcript)
+        return Loaded(text_or_none(stop), bool(draining), journal, live, transcript), record_now
 
     def _loaded(self, rec: UnitRecord, taken: Taken) -> Loaded:
         """What `take` read with the lease, and a started generation's journal and live marks (read after it)."""

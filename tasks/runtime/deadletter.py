@@ -19,6 +19,7 @@ from celery.worker.consumer import Consumer
 from config.topology import broker_kind
 from tasks.app import settings
 from tasks.execution import wiring
+from tasks.runtime.topology import declare_dead_letters
 
 DEADLETTER = "baton:deadletter"
 DEADLETTER_MAX = 10_000
@@ -51,7 +52,14 @@ def _describe(message: Any) -> dict[str, Any]:
 
 
 class DeadLetterConsumer(Consumer):
-    """Celery's consumer, recording every message it refuses before refusing it as usual."""
+    """Celery's consumer, recording every message it refuses before refusing it as usual; on RabbitMQ it
+    declares where the broker's dead letters go each time it connects."""
+
+    def connect(self) -> Any:
+        conn = super().connect()
+        if broker_kind(settings.broker) == "amqp":
+            declare_dead_letters(conn)
+        return conn
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         record(f"undecodable or refused content: {exc}", **_describe(message))

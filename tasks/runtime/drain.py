@@ -11,11 +11,13 @@ running (their worker was SIGKILLed or lost) and requeues them, counted as inter
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -25,10 +27,12 @@ from celery.concurrency import get_implementation
 from agent import commands
 from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
 from config.topology import broker_kind
+from tasks import reach
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.approval_expiry import expire_approvals
 from tasks.runtime.live_trim import trim_live_text
+from tasks.runtime.outage import Outage
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
 from tasks.store import connect, keys
 
@@ -46,7 +50,10 @@ def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_:
     try:
         wiring.store(settings).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
-    except Exception:  # a shutdown must go on even if Redis is gone
+    except (redis.ConnectionError, redis.TimeoutError) as err:  # a shutdown must go on even if Redis is gone
+        unreachable = reach.Unavailable("store", settings, err)
+        log.error("drain: could not set the drain flag for %s: %s", hostname, unreachable)
+    except Exception:
         log.exception("drain: could not set the drain flag for %s", hostname)
     _sweeper_halt.set()
 
@@ -58,32 +65,60 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
         log.log(level, "sandbox: %s", message)
     for level, message in _provider_notice:
         log.log(level, "provider: %s", message)
+    # Nothing here may need the store: a worker started while it is down must still start its sweeps, which
+    # wait for it (a handler that raised here left the worker consuming with no sweeper at all).
+    threading.Thread(target=_sweep_forever, args=(hostname,), name="baton-sweeper", daemon=True).start()
+
+
+def _sweep_forever(hostname: str) -> None:
+    """Clear this worker's stale drain flag, then sweep every `interval` until shutdown, through outages."""
     client = wiring.store(settings)
-    client.delete(keys.drain(hostname))
     interval = min(2.0, settings.lease_ttl / 4)
     # Lost broker messages can be looked for only in a Redis broker: kombu's Redis transport pops a message
     # before recording it as unacked. RabbitMQ keeps an unacknowledged message until its consumer's channel
     # closes and then redelivers it, so no republish is needed there (and one while a copy is queued would
     # only make a second copy for the lease to turn away).
     broker = lost_message_broker()
-
-    def loop() -> None:
-        next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
-        while not _sweeper_halt.wait(interval):
-            try:
+    store = Outage(f"{reach.label('store', settings)} at {reach.store_address(settings)}", interval)
+    # Its own outage when the broker is another Redis (Celery's consumer says so too, in its own words).
+    elsewhere = broker is not None and settings.broker not in (settings.redis_url, settings.result_backend)
+    broker_place = f"{reach.label('broker', settings)} at {reach.broker_address(settings)}"
+    lost_messages = Outage(broker_place, interval) if elsewhere else store
+    cleared = False  # a drain flag left by this hostname's previous life (it expires, but would drain us now)
+    next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
+    while True:
+        with _telling(store):
+            if not cleared:
+                client.delete(keys.drain(hostname))
+                cleared = True
+            else:
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
                 trim_live_text(client, time.time())
                 for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
                     log.info("approval of %s expired: denied", tool_use_id)
-                if time.monotonic() >= next_lost_check:  # on RabbitMQ (broker None): only forgets finished owners
-                    next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
-                    for owner_id in sweep_lost_messages(client, broker, app, settings):
-                        log.warning("republished %s: the broker lost its message before it started", owner_id)
-            except Exception:
-                log.exception("recovery sweep failed; trying again")
+        if cleared and store.since is None and time.monotonic() >= next_lost_check:
+            next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
+            with _telling(lost_messages):  # on RabbitMQ (broker None): only forgets finished owners
+                for owner_id in sweep_lost_messages(client, broker, app, settings):
+                    log.warning("republished %s: the broker lost its message before it started", owner_id)
+        if _sweeper_halt.wait(interval):
+            return
 
-    threading.Thread(target=loop, name="baton-sweeper", daemon=True).start()
+
+@contextlib.contextmanager
+def _telling(place: Outage) -> Iterator[None]:
+    """Run one sweep step: an outage of `place` is told once (and its end), any other failure each time."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as err:
+        if (line := place.failed(err, time.monotonic())) is not None:
+            log.error("%s", line)
+    except Exception:
+        log.exception("recovery sweep failed; trying again")
+    else:
+        if (line := place.reached(time.monotonic())) is not None:
+            log.warning("%s", line)
 
 
 def lost_message_broker() -> redis.Redis | None:

@@ -1,7 +1,10 @@
-"""Declares the broker's dead-letter exchange and queue when a worker starts (RabbitMQ only).
+"""Declares the broker's dead-letter exchange and queue each time the worker's consumer connects (RabbitMQ only).
 
 The work queue names `baton.deadletter` as its dead-letter exchange; RabbitMQ silently drops a dead letter
-whose exchange does not exist, so the worker declares it, and the queue behind it, before it consumes.
+whose exchange does not exist, so the consumer declares it, and the queue behind it, before it consumes: on
+its first connection and after every reconnect (a node rebuilt without its definitions gets them back). It
+is done on the consumer's own connection, after Celery's connect, which retries an unreachable broker and
+says so each time; a declaration at `worker_init` instead waited there silently, before any log existed.
 """
 
 from __future__ import annotations
@@ -9,20 +12,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import signals
-
-from config.topology import broker_kind, dead_letter_queue
-from tasks.app import app, settings
+from config.topology import dead_letter_queue
+from tasks.app import settings
 
 log = logging.getLogger("baton.topology")
+_declared: list[bool] = []
 
 
-@signals.worker_init.connect
-def _declare_dead_letters(**_: Any) -> None:
-    if broker_kind(settings.broker) != "amqp":
-        return  # the Redis transport has no dead-lettering: refused messages are recorded in Redis only
+def declare_dead_letters(conn: Any) -> None:
+    """Declare the dead-letter exchange and queue on a connected broker connection."""
     queue = dead_letter_queue(settings.queue)
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=10)
-        queue(conn.default_channel).declare()
-    log.info("dead letters of %s go to the queue %s", settings.queue, queue.name)
+    with conn.channel() as channel:
+        queue(channel).declare()
+    level = logging.DEBUG if _declared else logging.INFO
+    log.log(level, "dead letters of %s go to the queue %s", settings.queue, queue.name)
+    _declared.append(True)

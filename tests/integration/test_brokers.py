@@ -1,8 +1,9 @@
 """The broker-facing guarantees on both brokers: Redis, and RabbitMQ (a private rabbitmq-server node).
 
-A turn and a coding run, a SIGTERM drain and a SIGKILL recovery run on each (`broker_stack` is parametrized);
-poison messages on RabbitMQ are dead-lettered by the broker itself (on Redis: test_hostile_input.py). The
-consumer-timeout scenario is in test_rabbitmq_timeout.py, on a node of its own with the timeout in seconds.
+A turn and a coding run, a duplicate delivery, a SIGTERM drain and a SIGKILL recovery run on each (`broker_stack`
+is parametrized; the short chaos run is parametrized the same way in test_chaos_short.py); poison messages on
+RabbitMQ are dead-lettered by the broker itself (on Redis: test_hostile_input.py). The consumer-timeout scenario
+is in test_rabbitmq_timeout.py, on a node of its own with the timeout in seconds.
 """
 
 from __future__ import annotations
@@ -54,6 +55,28 @@ def test_a_turn_and_a_coding_run_complete(broker_stack, tmp_path):
     assert counting_tools.calls(_redis(stack), "record_note") == 1
 
 
+def test_the_same_turn_delivered_twice_runs_once(broker_stack):
+    """A duplicate delivery of a turn (its message published again under the same task id while the turn runs)
+    executes the turn once; a late duplicate of the finished turn is a no-op too."""
+    stack = broker_stack
+    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "dup"}), text("done once")]))
+    stack.worker()
+    client = stack.client()
+    r = _redis(stack)
+    ref = client.send_message("c3", "do it once")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], task_id=ref.task_id, queue=stack.queue)
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert client.wait(ref, timeout=30).status == "completed"
+    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], queue=stack.queue).get(timeout=30)
+    assert counting_tools.calls(r, "blocking_write") == 1
+    assert stack.fake_api.request_count == 2
+    assert [e.type for e in client.events("c3")].count("turn.completed") == 1
+    transcript = client.transcript("c3")
+    assert [m.role for m in transcript] == ["user", "assistant", "user", "assistant"]  # asked, tool round, reply
+    assert [len(m.tool_uses) for m in transcript] == [0, 1, 0, 0]
+
+
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):
     """The worker declares the work queue as a quorum queue dead-lettering into `<queue>.deadletter` (declared
     too); a turn leaves nothing behind in it."""
@@ -67,7 +90,7 @@ def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amq
     assert work["type"] == "quorum"
     assert work["arguments"]["x-dead-letter-exchange"] == "baton.deadletter"
     assert queues[dead_letter_queue_name(stack.queue)]["type"] == "quorum"
-    assert int(work["messages"]) == 0
+    rabbitmq.wait_for_messages(stack.queue, 0)
 
 
 def test_a_sigterm_drain_requeues_at_once_and_another_worker_finishes_each_write_once(broker_stack, tmp_path, request):
@@ -182,7 +205,7 @@ def test_poison_messages_are_dead_lettered_on_the_broker_and_the_worker_stays_he
     result = client.wait(client.send_message("healthy", "are you there?"), timeout=30)
     assert result.status == "completed" and result.reply == "still healthy"
     assert worker.alive
-    assert int(rabbitmq.queues()[dead_letter_queue_name(stack.queue)]["messages"]) == 0  # we read all four
+    rabbitmq.wait_for_messages(dead_letter_queue_name(stack.queue), 0)  # we read all four
 
 
 

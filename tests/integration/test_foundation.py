@@ -77,21 +77,3 @@ def test_two_turns_of_one_chat_run_one_after_the_other(stack):
         ("turn.started", t2.turn_id),
         ("turn.completed", t2.turn_id),
     ]
-
-
-def test_the_same_turn_delivered_twice_runs_once(stack):
-    """A duplicate delivery of a turn (same message published twice) executes the turn once."""
-    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "dup"}), text("done once")]))
-    stack.worker()
-    client = stack.client()
-    r = redis.Redis.from_url(stack.redis_server.url, socket_timeout=None)
-    ref = client.send_message("c3", "do it once")
-    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
-    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], task_id=ref.task_id, queue=stack.queue)
-    r.rpush(counting_tools.RELEASE_KEY, "go")
-    assert client.wait(ref, timeout=30).status == "completed"
-    # A late duplicate of a finished turn is a no-op too.
-    client._celery.send_task("baton.chat_turn", args=["c3", ref.turn_id], queue=stack.queue).get(timeout=30)
-    assert counting_tools.calls(r, "blocking_write") == 1
-    assert stack.fake_api.request_count == 2
-    assert [e.type for e in client.events("c3")].count("turn.completed") == 1

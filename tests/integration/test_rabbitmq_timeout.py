@@ -72,6 +72,6 @@ def test_a_run_held_past_the_consumer_timeout_completes_once_and_its_worker_keep
         assert counting_tools.calls(r, "blocking_write") == 1
         assert worker.alive
         assert "Unrecoverable error" not in worker.log()
-        assert int(impatient_rabbitmq.queues()[stack.queue]["messages"]) == 0
+        impatient_rabbitmq.wait_for_messages(stack.queue, 0)
     finally:
         stack.stop()

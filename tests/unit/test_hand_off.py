@@ -107,3 +107,32 @@ def test_a_turn_the_sweep_gives_up_on_starts_the_next(store):
     assert sweep_once(store, app, SETTINGS) == []
     assert _status(store, "t1") == b'"failed"'
     assert app.sent == [("baton.chat_turn", ["c1", "t2"], "task-t2")]
+
+
+def test_a_copy_that_read_the_record_before_its_unit_finished_does_not_run_it_again(store, monkeypatch):
+    """A duplicate delivery reads the record while a finished turn still heads the queue, so it clears that
+    head and takes the lease in a round trip of its own (the one path where the record is not read with the
+    lease). Meanwhile the original runs to its settle and frees the lease. The copy gets the lease, but must see
+    the record changed and hand the unit back, not run it a second time from what it read before (a second
+    user message, provider call and completion)."""
+    _enqueue(store, "t0", status="completed")  # finished, not yet cleared from the head
+    _enqueue(store, "t1")
+    take_lease = Execution._take_lease
+    raced: list[str] = []
+
+    def the_original_finishes_first(self, rec, lease):
+        if not raced:  # the copy, between its record read and its lease: the original runs to its settle
+            raced.append("racing")
+            raced[0] = _run("t1").reason
+        return take_lease(self, rec, lease)
+
+    monkeypatch.setattr(Execution, "_take_lease", the_original_finishes_first)
+    copy = _run("t1")
+    assert raced == ["completed"]
+    assert copy.action == "defer"  # decided again on its next delivery, where it finds the turn finished
+    assert store.llen(keys.transcript(OWNER)) == 2  # the user's message and the reply, once each
+    completions = [e for _, e in store.xrange(keys.events(OWNER)) if b"turn.completed" in e[b"e"]]
+    assert len(completions) == 1
+    assert not store.exists(keys.lease(OWNER))  # the copy gave back the lease it took
+    monkeypatch.setattr(Execution, "_take_lease", take_lease)
+    assert (_run("t1").action, _run("t1").reason) == ("done", "already finished")
