@@ -33,7 +33,9 @@ DUMMY_ENV = {
     "FLOWER_USER": "dummy-user",
     "FLOWER_PASSWORD": "dummy-flower-password",
     "ANTHROPIC_API_KEY": "",
+    "RABBITMQ_PASSWORD": "dummy-rabbitmq-password",
 }
+RABBITMQ_OVERRIDE = REPO / "docker-compose.rabbitmq.yml"
 
 
 @pytest.fixture(scope="module")
@@ -314,14 +316,16 @@ def compose_commands():
 
 
 @pytest.mark.parametrize("front_end", ["docker-compose", "docker compose"])
-def test_compose_config_validates(front_end):
-    """The compose binary itself accepts the file (`config -q` exits 0) when given dummy secrets."""
+@pytest.mark.parametrize("files", [[COMPOSE_FILE], [COMPOSE_FILE, RABBITMQ_OVERRIDE]], ids=["redis", "rabbitmq"])
+def test_compose_config_validates(front_end, files):
+    """The compose binary itself accepts the file, and with the RabbitMQ override (`config -q` exits 0), when
+    given dummy secrets."""
     command = front_end.split()
     if command not in compose_commands():
         pytest.skip(f"`{front_end}` is not installed")
     env = {**os.environ, **DUMMY_ENV}
     result = subprocess.run(
-        [*command, "-f", str(COMPOSE_FILE), "config", "-q"],
+        [*command, *(arg for f in files for arg in ("-f", str(f))), "config", "-q"],
         cwd=REPO,
         env=env,
         capture_output=True,
