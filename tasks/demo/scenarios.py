@@ -130,13 +130,20 @@ def run_demo(
                 report(scenarios)
             if keep:
                 out(f"\nThe stack and the page stay up: {page}/ (Ctrl-C to stop everything).")
-                # SIGTERM (a closed terminal, `kill`) must stop what the demo started as Ctrl-C does.
-                signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+                # SIGTERM (a closed terminal, `kill`) must stop what the demo started as Ctrl-C does. Raised here,
+                # not re-sent as SIGINT: a demo started from a background job inherits SIGINT ignored, and Python
+                # then installs no handler for it, so a re-sent SIGINT would do nothing and the demo never stop.
+                signal.signal(signal.SIGTERM, _interrupt)
+                signal.signal(signal.SIGINT, _interrupt)
                 with contextlib.suppress(KeyboardInterrupt):
                     threading.Event().wait()
             return scenarios
         finally:
             stack.stop()
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True) -> Scenario:

@@ -80,7 +80,8 @@ def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path
 
 def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path):
     """`baton demo --keep` prints each scenario's page link, keeps `baton serve` up after the tour (the page and
-    each scenario's transcript answer over HTTP), and stops everything on SIGTERM as on Ctrl-C."""
+    each scenario's transcript answer over HTTP), and stops everything on SIGTERM as on Ctrl-C, even started
+    from a background job (SIGINT ignored)."""
     import signal
     import urllib.request
 
@@ -93,6 +94,8 @@ def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a demo started from a background job (`baton demo --keep &`) is: with SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         assert proc.stdout is not None
