@@ -106,23 +106,63 @@ class Fit:
     tokens: int
 
 
-def _sizes(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-    full = [estimate_tokens(m) for m in messages]
-    small = [estimate_tokens(elide([m], 1)[0]) if _has_results(m) else full[i] for i, m in enumerate(messages)]
-    return full, small
+def _size(message: dict[str, Any]) -> tuple[int, int]:
+    """A message's estimate as sent, and with its tool results elided."""
+    full = estimate_tokens(message)
+    return full, estimate_tokens(elide([message], 1)[0]) if _has_results(message) else full
 
 
-def fit_at(overhead: int, messages: list[dict[str, Any]], cut: int) -> Fit:
+class Sizes:
+    """The estimates of a loop's wire messages, each measured once.
+
+    A loop's view shares the same message dicts from step to step and never changes them, so a dict's
+    estimate, once known, holds; measuring every message again at every step made a run of N rounds cost
+    O(N^2) canonical JSON (most of a 500-round run's time). Keyed by identity, with the dict held so its id
+    is not reused.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[dict[str, Any], int, int]] = {}
+
+    def of(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+        full: list[int] = []
+        small: list[int] = []
+        kept: dict[int, tuple[dict[str, Any], int, int]] = {}  # only this request's: a repaired view forgets
+        for message in messages:
+            known = self._known.get(id(message))
+            if known is None or known[0] is not message:
+                known = (message, *_size(message))
+            kept[id(message)] = known
+            full.append(known[1])
+            small.append(known[2])
+        self._known = kept
+        return full, small
+
+
+def _sizes(messages: list[dict[str, Any]], sizes: Sizes | None) -> tuple[list[int], list[int]]:
+    return (sizes or Sizes()).of(messages)
+
+
+def fit_at(overhead: int, messages: list[dict[str, Any]], cut: int, *, sizes: Sizes | None = None) -> Fit:
     """The estimate with the cut at `cut` (`overhead`: the tools and system part)."""
-    full, small = _sizes(messages)
+    full, small = _sizes(messages, sizes)
     return Fit(cut, overhead + sum(small[:cut]) + sum(full[cut:]))
 
 
-def choose_cut(overhead: int, messages: list[dict[str, Any]], *, current: int, budget: int, target: int) -> Fit:
+def choose_cut(
+    overhead: int,
+    messages: list[dict[str, Any]],
+    *,
+    current: int,
+    budget: int,
+    target: int,
+    sizes: Sizes | None = None,
+) -> Fit:
     """Where the cut goes for this request: `current` while the request fits `budget`; past it, the smallest
     cut (oldest results first) that brings the estimate to `target` or below, else as far as the cut may go.
+    `sizes` remembers the estimates of messages already measured (the same dicts, unchanged).
     """
-    full, small = _sizes(messages)
+    full, small = _sizes(messages, sizes)
     limit = max(current, max_cut(messages))
     current = min(current, len(messages))
     total = overhead + sum(small[:current]) + sum(full[current:])

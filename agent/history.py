@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agent.context import Sizes
 from agent.messages import (
     INTERRUPTED_RESULT,
     Message,
@@ -183,6 +184,7 @@ class RequestHistory:
         self._seen: list[Message] = []
         self._repaired: list[Message] = []
         self._api: list[dict[str, Any]] = []
+        self.sizes = Sizes()  # the estimates of these dicts, for the context budget
 
     def api(self, messages: list[Message]) -> list[dict[str, Any]]:
         """The request's messages: equal to `to_api(repair(messages))`."""

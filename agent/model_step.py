@@ -59,9 +59,11 @@ def model_step(
     compact_id = f"compact:{state.rounds_used}"
     compacted = edge.recorded(compact_id)
     if compacted is not None:  # an earlier execution compacted this step: send what it sent
-        fit = fit_at(shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])))
+        fit = fit_at(
+            shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])), sizes=view.sizes
+        )
     else:
-        fit = plan_cut(shape, messages, current=state.elided_before, scale=state.token_scale)
+        fit = plan_cut(shape, messages, current=state.elided_before, scale=state.token_scale, sizes=view.sizes)
     if fit.tokens * state.token_scale > config.context_tokens:
         raise LoopFailure(
             f"the request needs about {int(fit.tokens * state.token_scale)} tokens with every old tool result elided; "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.caching import CACHE_CONTROL, MAX_BREAKPOINTS, system_blocks, with_breakpoints
-from agent.context import LOW_WATERMARK, Fit, choose_cut, elide, estimate_tokens
+from agent.context import LOW_WATERMARK, Fit, Sizes, choose_cut, elide, estimate_tokens
 from agent.provider.base import ProviderRequest
 
 
@@ -33,7 +33,14 @@ class RequestShape:
         return estimate_tokens(self.tools) + estimate_tokens(system_blocks(self.system)) + marks
 
 
-def plan_cut(shape: RequestShape, messages: list[dict[str, Any]], *, current: int, scale: float = 1.0) -> Fit:
+def plan_cut(
+    shape: RequestShape,
+    messages: list[dict[str, Any]],
+    *,
+    current: int,
+    scale: float = 1.0,
+    sizes: Sizes | None = None,
+) -> Fit:
     """The elision cut for this request: unchanged while it fits the budget, else one batch to the watermark.
 
     `scale` is how many tokens the provider counted per estimated token on the previous step (never below 1):
@@ -41,7 +48,7 @@ def plan_cut(shape: RequestShape, messages: list[dict[str, Any]], *, current: in
     """
     budget = shape.context_tokens / max(1.0, scale)
     return choose_cut(
-        shape.overhead, messages, current=current, budget=int(budget), target=int(budget * LOW_WATERMARK)
+        shape.overhead, messages, current=current, budget=int(budget), target=int(budget * LOW_WATERMARK), sizes=sizes
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from agent.context import (
     ELIDED,
     Overflow,
+    Sizes,
     choose_cut,
     compaction_for,
     elide,
@@ -100,6 +101,30 @@ def test_choose_cut_is_deterministic():
     first = choose_cut(100, a, current=0, budget=5000, target=3000)
     assert first == choose_cut(100, b, current=0, budget=5000, target=3000)
     assert repr(elide(a, first.cut)) == repr(elide(b, first.cut))
+
+
+def test_sizes_measure_each_message_once_as_a_run_grows(monkeypatch):
+    import agent.context as context
+
+    measured = []
+    real = context.estimate_tokens
+    monkeypatch.setattr(context, "estimate_tokens", lambda value: measured.append(1) or real(value))
+    messages = run_messages(200, size=10)
+    sizes = Sizes()
+    cuts = []
+    for n in range(1, len(messages) + 1, 2):  # a loop's view: the same dicts, two more each step
+        cuts.append(choose_cut(0, messages[:n], current=0, budget=2000, target=1000, sizes=sizes))
+    # Once for each message, plus once more elided for each holding results: linear, not a pass per step.
+    assert len(measured) == len(messages) + 200
+    assert cuts[-1] == choose_cut(0, messages, current=0, budget=2000, target=1000)
+
+
+def test_sizes_measure_a_new_dict_even_where_an_old_one_was():
+    sizes = Sizes()
+    first = [{"role": "user", "content": "short"}]
+    assert sizes.of(first)[0] == [estimate_tokens(first[0])]
+    second = [{"role": "user", "content": "much longer than the first " * 10}]
+    assert sizes.of(second)[0] == [estimate_tokens(second[0])]
 
 
 def test_compaction_scales_by_the_providers_count():
