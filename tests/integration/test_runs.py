@@ -145,8 +145,12 @@ def test_a_second_delivery_of_a_live_run_is_dropped(stack, tmp_path):
     types = [e.type for e in client.events(ref.run_id)]
     assert types.count("run.started") == 1 and types.count("run.completed") == 1
     # A late duplicate of the finished run is a no-op too.
-    client._celery.send_task("baton.coding_run", args=[ref.run_id], queue=stack.queue).get(timeout=30)
+    late = client._celery.send_task("baton.coding_run", args=[ref.run_id], queue=stack.queue)
+    # The unit tasks store no Celery result (the record is the result): the worker's log says how it ended.
+    wait_until(lambda: f"[{late.id}] succeeded in" in worker.log(), 30, what="the late duplicate to end")
+    assert "'already finished'" in next(line for line in worker.log().splitlines() if f"[{late.id}] succeeded" in line)
     assert counting_tools.calls(r, "blocking_write") == 1 and stack.fake_api.request_count == 2
+    assert not r.keys("celery-task-meta-*")  # nothing stored twice: the record holds the run's outcome
 
 
 def test_sigkill_inside_a_write_tool_replays_the_journal_without_repeating_a_finished_step(stack, tmp_path):
