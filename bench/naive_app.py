@@ -1,7 +1,8 @@
 """The loop a user would write without Baton: one `acks_late` Celery task looping the anthropic SDK over tools.
 
 The baseline of `bench.naive_loop`, as plain as a first version in a project would be: the chat's history in
-a Redis list, the SDK client built once per worker process, no journal, lease, events or repair. Started as
+a Redis list, the SDK client built once per worker process, no journal, lease, events or repair, and (unless
+NAIVE_STREAM=1) no streaming. Started as
 its own worker (`celery -A bench.naive_app worker`) against the Redis given in `NAIVE_REDIS_URL`.
 """
 
@@ -22,6 +23,9 @@ store = redis.Redis.from_url(URL)
 TOOLS = [{"name": "peek", "description": "Return a fixed value for a key.",
           "input_schema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}]
 _client: anthropic.Anthropic | None = None
+# NAIVE_STREAM=1: the same loop streaming each answer with the SDK's `messages.stream` helper, as a loop that
+# shows live text would (the text goes nowhere here, so this side pays for the stream and nothing else).
+STREAM = os.environ.get("NAIVE_STREAM") == "1"
 
 
 def peek(key: str) -> str:
@@ -37,8 +41,13 @@ def turn(chat_id: str, text: str) -> str:
     history = [json.loads(m) for m in store.lrange(f"naive:{chat_id}", 0, -1)]
     messages: list[dict[str, Any]] = [*history, {"role": "user", "content": text}]
     while True:
-        reply = _client.messages.create(model=os.environ.get("BATON_MODEL", "claude-bench"), max_tokens=1024,
-                                        messages=messages, tools=TOOLS)
+        request: dict[str, Any] = {"model": os.environ.get("BATON_MODEL", "claude-bench"), "max_tokens": 1024,
+                                   "messages": messages, "tools": TOOLS}
+        if STREAM:
+            with _client.messages.stream(**request) as stream:
+                reply = stream.get_final_message()
+        else:
+            reply = _client.messages.create(**request)
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
         calls = [b for b in reply.content if b.type == "tool_use"]
         if not calls:

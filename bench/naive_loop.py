@@ -5,8 +5,11 @@ each through its own real worker (concurrency 2, its own queue), each turn one t
 and then an answer. The naive side calls `messages.create` without streaming, as a first version would;
 Baton streams (live text) and keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair.
 
-- Latency: turns one at a time, the two sides alternating so machine noise hits both alike; a fresh chat per
+- Latency: turns one at a time, the sides alternating so machine noise hits all alike; a fresh chat per
   turn; timed from send to the result in hand (Baton: `send_message` + `wait`; naive: `send_task` + `get`).
+- A second naive worker (NAIVE_STREAM=1) runs the same loop streaming with the SDK's `messages.stream`: what
+  streaming alone costs, since Baton streams every answer (live text). Reported for information; the goals
+  are against the non-streaming loop.
 - Throughput: 80 turns on distinct chats sent as fast as the client can, then all awaited; in alternating
   blocks of 40 per side. Baton again with each chat's 4 turns sent back to back (20 chats), whose
   per-chat order is checked from the `turn.completed` events.
@@ -72,6 +75,12 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                                    stack.tmp, concurrency=2)
         stack.workers.append(naive_worker)
         naive_worker.start(timeout=60)
+        stream_queue = f"{stack.queue}-naive-stream"
+        stream_worker = NaiveWorker("naive-stream", {**stack.env, "NAIVE_REDIS_URL": stack.url,
+                                                     "NAIVE_QUEUE": stream_queue, "NAIVE_STREAM": "1"},
+                                    stack.tmp, concurrency=2)
+        stack.workers.append(stream_worker)
+        stream_worker.start(timeout=60)
         stack.worker("w1", concurrency=2)
         client = stack.client()
         naive = Celery("naive-client", broker=stack.url, backend=stack.url)
@@ -85,9 +94,9 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                 raise RuntimeError(f"Baton turn in {chat} ended {result.status}: {result.failure}")
             return time.perf_counter() - started
 
-        def naive_turn(chat: str) -> float:
+        def naive_turn(chat: str, queue: str = naive_queue) -> float:
             started = time.perf_counter()
-            reply = naive.send_task("naive.turn", args=[chat, PROMPT], queue=naive_queue).get(timeout=30)
+            reply = naive.send_task("naive.turn", args=[chat, PROMPT], queue=queue).get(timeout=30)
             if "value-of-a" not in reply:
                 raise RuntimeError(f"naive turn in {chat} answered {reply!r}")
             return time.perf_counter() - started
@@ -95,14 +104,17 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         for i in range(WARMUP):
             baton_turn(f"warm-b-{stamp}-{i}")
             naive_turn(f"warm-n-{stamp}-{i}")
+            naive_turn(f"warm-s-{stamp}-{i}", stream_queue)
         baton_lat: list[float] = []
         naive_lat: list[float] = []
+        stream_lat: list[float] = []
         for i in range(n):
             baton_lat.append(baton_turn(f"lat-b-{stamp}-{i}"))
             naive_lat.append(naive_turn(f"lat-n-{stamp}-{i}"))
+            stream_lat.append(naive_turn(f"lat-s-{stamp}-{i}", stream_queue))
 
         per_block = turns // BLOCKS
-        baton_s = naive_s = burst_s = 0.0
+        baton_s = naive_s = stream_s = burst_s = 0.0
         burst_refs = []
         for block in range(BLOCKS):
             started = time.perf_counter()
@@ -120,6 +132,13 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             naive_s += time.perf_counter() - started
 
             started = time.perf_counter()
+            results = [naive.send_task("naive.turn", args=[f"tp-s-{stamp}-{block}-{c}", PROMPT], queue=stream_queue)
+                       for c in range(per_block)]
+            for result in results:
+                result.get(timeout=60)
+            stream_s += time.perf_counter() - started
+
+            started = time.perf_counter()
             chats = [f"tb-{stamp}-{block}-{c}" for c in range(per_block // PER_CHAT)]
             refs = [client.send_message(chat, PROMPT) for chat in chats for _ in range(PER_CHAT)]
             done = [client.wait(ref, timeout=60).status for ref in refs]
@@ -135,20 +154,26 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
 
     b50, n50 = median(baton_lat) * 1000, median(naive_lat) * 1000
     b90, n90 = p90(baton_lat) * 1000, p90(naive_lat) * 1000
-    b_tps, n_tps, burst_tps = turns / baton_s, turns / naive_s, turns / burst_s
+    s50 = median(stream_lat) * 1000
+    b_tps, n_tps, s_tps, burst_tps = turns / baton_s, turns / naive_s, turns / stream_s, turns / burst_s
     print(f"  latency p50: Baton {fmt(b50)} ms, naive {fmt(n50)} ms -> {fmt(b50 / n50)}x; "
           f"p90: Baton {fmt(b90)} ms, naive {fmt(n90)} ms -> {fmt(b90 / n90)}x", flush=True)
     print(f"  throughput, {turns} distinct chats: Baton {fmt(b_tps)}/s, naive {fmt(n_tps)}/s -> {fmt(b_tps / n_tps)}x; "
           f"Baton back to back ({PER_CHAT} per chat) {fmt(burst_tps)}/s -> {fmt(burst_tps / b_tps)}x of distinct; "
           f"{disorder} chats out of order", flush=True)
+    print(f"  naive loop streaming (messages.stream): latency p50 {fmt(s50)} ms (Baton ÷ it {fmt(b50 / s50)}x), "
+          f"{fmt(s_tps)} turns/s (Baton ÷ it {fmt(b_tps / s_tps)}x)", flush=True)
     return [
         Row("Baton turn latency, 1 tool round (p50)", b50, "ms", "—", f"info (p90 {fmt(b90)} ms)"),
         Row("naive loop turn latency, 1 tool round (p50)", n50, "ms", "—", f"info (p90 {fmt(n90)} ms)"),
         Row("turn latency ÷ naive (p50)", b50 / n50, "x", "≤ 1.1", judge(b50 / n50, at_most=1.1)),
         Row("turn latency ÷ naive (p90)", b90 / n90, "x", "—", "info"),
+        Row("naive loop streaming (messages.stream) latency (p50)", s50, "ms", "—", "info"),
+        Row("turn latency ÷ streaming naive (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2", b_tps, "turns/s", "—", "info"),
         Row(f"naive turns/s, {turns} distinct chats, 1 worker x 2", n_tps, "turns/s", "—", "info"),
         Row("turns/s ÷ naive", b_tps / n_tps, "x", "≥ 0.8", judge(b_tps / n_tps, at_least=0.8)),
+        Row("turns/s ÷ streaming naive", b_tps / s_tps, "x", "—", "info"),
         Row(f"Baton turns/s, {PER_CHAT} turns per chat back to back", burst_tps, "turns/s", "—", "info"),
         Row("back to back ÷ distinct chats", burst_tps / b_tps, "x", "≥ 0.8", judge(burst_tps / b_tps, at_least=0.8)),
         Row("back-to-back chats whose turns completed out of send order", float(disorder), "chats", "0",
