@@ -27,6 +27,7 @@ SCRIPTS = [
     "naive_loop",
     "turn_latency",
     "redis_roundtrips",
+    "turn_trace",
     "throughput",
     "drain",
     "faults",

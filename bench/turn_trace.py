@@ -24,9 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import redis
+from celery import Celery
 
-from bench._common import Stack
-from bench.naive_loop import PROMPT, one_tool_round
+from bench._common import Row, Stack, fmt, judge, print_rows
+from bench.naive_loop import PROMPT, NaiveWorker, one_tool_round
 
 TURNS = 10
 IDLE_SECONDS = 3.0
@@ -163,12 +164,20 @@ def tally(commands: list[Command], roles: dict[str, str]) -> tuple[Counter[str],
     return counted, round_trips
 
 
-def main(turns: int = TURNS) -> None:
+def main(turns: int = TURNS) -> list[Row]:
     with Stack("trace", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         worker = stack.worker("w1", concurrency=2)
         client = stack.client()
+        naive_queue = f"{stack.queue}-naive"
+        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue},
+                                   stack.tmp, concurrency=2)
+        stack.workers.append(naive_worker)
+        naive_worker.start(timeout=60)
+        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
+        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
         for i in range(4):  # pool children warm: connections, SDK client, scripts loaded
             client.wait(client.send_message(f"warm-{i}", PROMPT), timeout=30)
+            naive.send_task("naive.turn", args=[f"warm-n-{i}", PROMPT], queue=naive_queue).get(timeout=30)
         monitor = redis.Redis.from_url(stack.url).connection_pool.make_connection()
         monitor.connect()
         monitor.send_command("MONITOR")
@@ -197,19 +206,28 @@ def main(turns: int = TURNS) -> None:
                 raise RuntimeError(f"turn ended {result.status}: {result.failure}")
         time.sleep(0.5)  # the acknowledgement and the result write of the last turn
         busy = time.monotonic() - started
+        marker.echo("NAIVE-START")
+        started = time.monotonic()
+        for i in range(turns):
+            naive.send_task("naive.turn", args=[f"trace-n-{i}", PROMPT], queue=naive_queue).get(timeout=30)
+        time.sleep(0.5)
+        naive_busy = time.monotonic() - started
         marker.echo("TURNS-END")
         ports = _process_of_ports()
-        children = {int(p) for p in subprocess.run(["pgrep", "-P", str(worker.proc.pid)], capture_output=True,
-                                                   text=True).stdout.split()} if worker.proc else set()
+        mains = {w.proc.pid: w for w in (worker, naive_worker) if w.proc}
+        children = {int(p): parent for parent in mains for p in subprocess.run(
+            ["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()}
         done.set()
         marker.close()
+        naive.close()
 
     roles: dict[str, str] = {}
     for addr, pid in ports.items():
-        roles[addr] = ("client" if pid == os.getpid() else "main" if worker.proc and pid == worker.proc.pid
-                       else "child" if pid in children else "other")
+        roles[addr] = ("client" if pid == os.getpid() else "main" if pid in mains else "child" if pid in children
+                       else "other")
     idle: list[Command] = []
     busy_cmds: list[Command] = []
+    naive_cmds: list[Command] = []
     into: list[Command] | None = None
     for line in lines:
         m = _LINE.match(line)
@@ -220,7 +238,8 @@ def main(turns: int = TURNS) -> None:
                 into[-1].inner.append(m["cmd"])
             continue
         if '"ECHO"' in m["cmd"]:
-            into = idle if "IDLE-START" in m["cmd"] else busy_cmds if "TURNS-START" in m["cmd"] else None
+            into = (idle if "IDLE-START" in m["cmd"] else busy_cmds if "TURNS-START" in m["cmd"]
+                    else naive_cmds if "NAIVE-START" in m["cmd"] else None)
             continue
         if into is not None:
             into.append(Command(float(m["ts"]), m["addr"], m["cmd"], []))
@@ -244,7 +263,38 @@ def main(turns: int = TURNS) -> None:
     worker_n = totals["main commands"] + totals["child commands"]
     worker_rt = totals["main trips"] + totals["child trips"]
     print(f"  {'worker total (main + pool child)':<78} {worker_n:>9.2f} {worker_rt:>12.2f}", flush=True)
+    # The naive loop's turn, counted the same way; its worker's idle traffic is Celery's alone, like Baton's
+    # main process's, so the same idle window is taken out (Baton's sweeps are in it: this flatters neither side).
+    naive_counted, naive_trips = tally(naive_cmds, roles)
+    naive_scale = naive_busy / IDLE_SECONDS
+    naive_totals: Counter[str] = Counter()
+    for sender in naive_counted:
+        role, name = sender.split("|")
+        if name == "idle":
+            continue
+        side = "client" if role == "client" else "worker"
+        naive_totals[f"{side} commands"] += naive_counted[sender] / turns
+        naive_totals[f"{side} trips"] += naive_trips[sender] / turns
+    idle_main = sum(v for k, v in idle_counted.items() if k.startswith("main|") and not k.endswith("|idle"))
+    idle_main_trips = sum(v for k, v in idle_trips.items() if k.startswith("main|") and not k.endswith("|idle"))
+    naive_totals["worker commands"] -= idle_main * naive_scale / turns
+    naive_totals["worker trips"] -= idle_main_trips * naive_scale / turns
+    print(f"  naive loop, per turn: worker {naive_totals['worker commands']:.2f} commands in "
+          f"{naive_totals['worker trips']:.2f} round trips; client {naive_totals['client commands']:.2f} in "
+          f"{naive_totals['client trips']:.2f}", flush=True)
+    return [
+        Row("Redis commands per turn, 1 tool round, worker (as INFO commandstats counts: Lua's inner ones too)",
+            worker_n, "commands", "≤ 25", judge(worker_n, at_most=25)),
+        Row("  the same for the naive loop's worker", naive_totals["worker commands"], "commands", "—", "info"),
+        Row("  Baton ÷ naive, worker commands", worker_n / naive_totals["worker commands"], "x", "—", "info"),
+        Row("Redis round trips per turn, worker (an EVALSHA with all it runs is one)", worker_rt, "round trips", "—",
+            f"info (naive {fmt(naive_totals['worker trips'])})"),
+        Row("Redis commands per turn, client (send + wait)", totals["client commands"], "commands", "—",
+            f"info (naive {fmt(naive_totals['client commands'])})"),
+        Row("Redis round trips per turn, client", totals["client trips"], "round trips", "—",
+            f"info (naive {fmt(naive_totals['client trips'])})"),
+    ]
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else TURNS)
+    print_rows(main(int(sys.argv[1]) if len(sys.argv) > 1 else TURNS))
