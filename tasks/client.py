@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from celery import Celery
-
 from agent.events import TERMINAL_RUN, TERMINAL_TURN, TEXT_DELTA, Event, decode_event, encode_event
 from agent.messages import Message
 from agent.rounds import same_text
-from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
-from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
+from tasks.publisher import Publisher
+from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import keys
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
-from tasks.store.reads import chat_head, chat_head_record, load_record, load_transcript
+from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import (
-    Failure,
     RunRef,
     RunStatus,
     TurnRef,
@@ -34,11 +30,9 @@ from tasks.store.records import (
     turn_result,
 )
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
-from tasks.store.withdrawal import withdraw
 
 __all__ = ["Client", "NotFound", "Unavailable", "ValidationError"]
 
-log = logging.getLogger("baton.client")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -103,31 +97,12 @@ def _check_id(value: object, what: str) -> str:
     return value
 
 
-class _Publisher(Celery):
-    """The client's Celery app: it publishes tasks without subscribing to their results as it sends them.
-
-    Celery's Redis result backend subscribes to a task's result channel in `send_task` (and unsubscribes when
-    the `AsyncResult` is dropped): two round trips per turn for a result this client never reads, since it
-    awaits the unit's own events. `AsyncResult.get()` still works: it subscribes, then reads the stored
-    result, when it is called.
-    """
-
-    def _get_backend(self) -> Any:
-        backend = super()._get_backend()
-        backend.on_task_call = _no_subscription
-        return backend
-
-
-def _no_subscription(producer: object, task_id: str) -> None:
-    return None
-
-
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
         self.redis = new_store_client(self.settings, socket_connect_timeout=STORE_CONNECT_TIMEOUT)
-        self._celery = _Publisher("baton-client")
-        self._celery.conf.update(celery_config(self.settings))
+        self._publisher = Publisher(self.settings)
+        self._celery = self._publisher.celery
 
     def close(self) -> None:
         self.redis.close()
@@ -384,49 +359,7 @@ class Client:
         return out
 
     def _send(self, rec: UnitRecord, task_id: str | None = None) -> None:
-        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
-        is failed as retryable rather than left queued for a message nobody holds, and `Unavailable` says so."""
-        task_id = task_id or rec.task_id
-        try:
-            self._publish(rec, task_id)
-        except BROKER_ERRORS as err:
-            failure = Failure.model_validate(
-                {
-                    "class": "infra_transient",
-                    "retryable": True,
-                    "message": "Baton could not reach the broker to start it; nothing ran. Retry when it is back.",
-                }
-            )
-            withdrawn = withdraw(self.redis, rec, task_id, failure)
-            if withdrawn and rec.kind == "turn":
-                self._start_next(rec.owner_id)
-            what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
-            consequence = (
-                f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
-                if withdrawn
-                else f"{what} {rec.unit_id} may still start"
-            )
-            raise Unavailable("broker", self.settings, err, consequence=consequence) from err
-
-    def _publish(self, rec: UnitRecord, task_id: str) -> None:
-        if rec.kind == "run":
-            self._celery.send_task("baton.coding_run", args=[rec.unit_id], task_id=task_id, queue=self.settings.queue)
-        else:
-            chat_id = rec.owner_id.partition(":")[2]
-            self._celery.send_task(
-                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=task_id, queue=self.settings.queue
-            )
-
-    def _start_next(self, owner_id: str) -> None:
-        """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not
-        at the head) is published, as a settle would. Best effort: the broker was just found unreachable."""
-        nxt = chat_head_record(self.redis, owner_id)
-        if nxt is None or nxt.status != "queued":
-            return
-        try:
-            self._publish(nxt, nxt.task_id)
-        except BROKER_ERRORS as err:
-            log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
+        self._publisher.send(self.redis, rec, task_id)
 
     # -- coding runs -----------------------------------------------------------------------------
 
