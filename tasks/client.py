@@ -19,6 +19,7 @@ from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import keys
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
+from tasks.store.enqueue import Enqueue
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import (
     RunRef,
@@ -103,6 +104,7 @@ class Client:
         self.redis = new_store_client(self.settings, socket_connect_timeout=STORE_CONNECT_TIMEOUT)
         self._publisher = Publisher(self.settings)
         self._celery = self._publisher.celery
+        self._enqueue = Enqueue(self.redis)
 
     def close(self) -> None:
         self.redis.close()
@@ -128,26 +130,19 @@ class Client:
         _check_id(chat_id, "chat_id")
         self._check_text(text)
         owner = keys.owner("chat", chat_id)
-        last = self._last_turn(owner)
-        if last is not None and last.status == "failed" and same_text(last.text, text):
-            return self._retry_turn(last)
         turn_id = f"t-{uuid.uuid4().hex[:16]}"
         task_id = str(uuid.uuid4())
         now = time.time()
         rec = UnitRecord(
             kind="turn", owner_id=owner, unit_id=turn_id, text=text, task_id=task_id, created_at=now, updated_at=now
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(keys.record(owner, turn_id), mapping=hash_mapping(rec.to_hash()))
-        pipe.rpush(keys.queue(owner), turn_id)
-        pipe.rpush(keys.turns(owner), turn_id)
-        if last is None or last.terminal:
-            # A new message invalidates a failed turn's stored round; an unfinished turn may still be
-            # about to resume from its own (an automatic resume), so its round is left alone.
-            pipe.delete(keys.round_slot(owner))
-        pipe.xadd(keys.events(owner), {"e": encode_event("turn.queued", owner, {"turn_id": turn_id})})
-        pipe.zadd(keys.PENDING, {owner: now})  # the sweep republishes it if the broker loses its message
-        pipe.execute()
+        fields, event = rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now)
+        failed = self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=True)
+        if failed is not None:  # the last turn failed: the same text again retries it, any other is a new turn
+            last = load_record(self.redis, owner, failed)
+            if last is not None and last.status == "failed" and same_text(last.text, text):
+                return self._retry_turn(last)
+            self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=False)
         self._send(rec)
         return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
 
