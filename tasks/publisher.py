@@ -17,6 +17,7 @@ from kombu.exceptions import BatchPublishError
 from config.celeryconfig import celery_config
 from config.settings import Settings
 from tasks.reach import BROKER_ERRORS, Unavailable
+from tasks.runtime.kombu_fixes import install as install_kombu_fixes
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.withdrawal import withdraw
@@ -53,6 +54,7 @@ def _no_subscription(producer: object, task_id: str) -> None:
 
 class Publisher:
     def __init__(self, settings: Settings) -> None:
+        install_kombu_fixes()  # one Redis client object per channel, not one per publish
         self.settings = settings
         self.celery = _Celery("baton-client")
         self.celery.conf.update(celery_config(settings))

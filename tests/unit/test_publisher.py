@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import types
 
 from kombu.exceptions import BatchPublishError
+from kombu.transport import redis as kombu_redis
 
 from config.settings import Settings
 from tasks.publisher import Publisher
+from tasks.runtime import kombu_fixes
 from tasks.store import keys
 from tasks.store.records import UnitRecord
 
@@ -58,3 +61,35 @@ def test_a_batch_that_may_not_have_been_delivered_is_published_again_the_ordinar
     assert fake.sent == [("baton.chat_turn", ["c1", "t1"], "task-1", fake.producer),
                          ("baton.chat_turn", ["c1", "t1"], "task-1", None)]
 
+
+class FakeChannel:
+    """What the shared-client fix reads of kombu's Redis channel: its pool, and how it builds a client."""
+
+    conn_or_acquire = kombu_fixes._conn_or_acquire_one_client
+
+    def __init__(self) -> None:
+        self.pool = object()
+        self.built = 0
+
+    def _create_client(self):
+        self.built += 1
+        return types.SimpleNamespace(connection_pool=self.pool)
+
+
+def test_a_channel_builds_one_redis_client_per_pool_not_one_per_publish():
+    channel = FakeChannel()
+    with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+        assert first is second
+    assert channel.built == 1
+    channel.pool = object()  # rebuilt after a disconnect: the old client's pool is gone
+    with channel.conn_or_acquire() as third:
+        assert third is not first and third.connection_pool is channel.pool
+    given = object()
+    with channel.conn_or_acquire(given) as passed:
+        assert passed is given
+    assert channel.built == 2
+
+
+def test_the_fix_is_installed_on_kombus_redis_channel():
+    Publisher(Settings(redis_url="redis://127.0.0.1:1/0"))
+    assert kombu_redis.Channel.conn_or_acquire is kombu_fixes._conn_or_acquire_one_client
