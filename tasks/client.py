@@ -10,13 +10,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from agent.events import TERMINAL_RUN, TERMINAL_TURN, TEXT_DELTA, Event, decode_event, encode_event
+from agent.events import TEXT_DELTA, Event, decode_event, encode_event
 from agent.messages import Message
 from agent.rounds import same_text
 from config.settings import Settings, load_settings
 from tasks.publisher import Publisher
 from tasks.reach import STORE_ERRORS, Unavailable
-from tasks.store import keys
+from tasks.store import keys, settled
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
 from tasks.store.enqueue import Enqueue
@@ -52,18 +52,7 @@ return 1
 """
 
 
-# Events after which a waiting caller reads the record again: the ones written with an ending or a park.
-_WAKING = frozenset({*TERMINAL_TURN, *TERMINAL_RUN, "tool.approval_requested"})
-
-
-def _ends_or_parks(raw: bytes | str) -> bool:
-    data = raw.encode() if isinstance(raw, str) else raw
-    if b'"text.delta"' in data:
-        return False
-    try:
-        return bool(json.loads(data).get("type") in _WAKING)
-    except ValueError:
-        return True  # unreadable: read the record rather than miss an ending
+_SETTLED_FIELD = settled.FIELD.encode()
 
 
 class ValidationError(ValueError):
@@ -191,22 +180,22 @@ class Client:
 
     @_reaching
     def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
-        """Block until the turn or run ends or waits for an approval (awaiting its events, not polling
-        blindly), or the timeout passes."""
+        """Block until the turn or run ends or waits for an approval (awaiting its owner's settled signal, not
+        polling), or the timeout passes."""
         if isinstance(ref, RunRef):
             owner, unit = keys.owner("run", ref.run_id), ref.run_id
         else:
             owner, unit = keys.owner("chat", ref.chat_id), ref.turn_id
         deadline = time.monotonic() + timeout
-        key = keys.events(owner)
-        # One round trip; the stream's tail is read before the record, so no later event is missed.
+        key = keys.settled(owner)
+        # One round trip; the signal's tail is read before the record, so no later ending or park is missed.
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(key, count=1)
         pipe.hgetall(keys.record(owner, unit))
         raw_tail, raw_rec = pipe.execute()
         tail = stream_entries(raw_tail)
         last_id = tail[0][0] if tail else "0-0"
-        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; events only say when to read it
+        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; the signal only says when to read it
         while True:
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
@@ -215,12 +204,12 @@ class Client:
             if rec.terminal or parked or time.monotonic() >= deadline:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=500) or [])
+            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=100) or [])
             if entries:
                 last_id = entries[-1][0]
-            # Live text and progress events wake us many times a second; only an ending (or a quiet second) is
-            # worth a read of the record.
-            if not entries or any(_ends_or_parks(fields.get(b"e", b"")) for _, fields in entries):
+            # Another unit of the chat settling is no news for this one. A quiet second reads the record anyway:
+            # an ending written without the signal (by an older worker) costs that second, never the ending.
+            if not entries or any(text(fields.get(_SETTLED_FIELD, b"")) == unit for _, fields in entries):
                 rec = load_record(self.redis, owner, unit)
 
     # -- either kind -----------------------------------------------------------------------------
