@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from celery import Celery
-
-from agent.events import TERMINAL_RUN, TERMINAL_TURN, TEXT_DELTA, Event, decode_event, encode_event
+from agent.events import TEXT_DELTA, Event, decode_event, encode_event
 from agent.messages import Message
 from agent.rounds import same_text
-from config.celeryconfig import celery_config
 from config.settings import Settings, load_settings
-from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
-from tasks.store import keys
+from tasks.publisher import Publisher
+from tasks.reach import STORE_ERRORS, Unavailable
+from tasks.store import keys, settled
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
-from tasks.store.reads import chat_head, chat_head_record, load_record, load_transcript
+from tasks.store.enqueue import Enqueue
+from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import (
-    Failure,
     RunRef,
     RunStatus,
     TurnRef,
@@ -34,11 +31,9 @@ from tasks.store.records import (
     turn_result,
 )
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
-from tasks.store.withdrawal import withdraw
 
 __all__ = ["Client", "NotFound", "Unavailable", "ValidationError"]
 
-log = logging.getLogger("baton.client")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -57,18 +52,7 @@ return 1
 """
 
 
-# Events after which a waiting caller reads the record again: the ones written with an ending or a park.
-_WAKING = frozenset({*TERMINAL_TURN, *TERMINAL_RUN, "tool.approval_requested"})
-
-
-def _ends_or_parks(raw: bytes | str) -> bool:
-    data = raw.encode() if isinstance(raw, str) else raw
-    if b'"text.delta"' in data:
-        return False
-    try:
-        return bool(json.loads(data).get("type") in _WAKING)
-    except ValueError:
-        return True  # unreadable: read the record rather than miss an ending
+_SETTLED_FIELD = settled.FIELD.encode()
 
 
 class ValidationError(ValueError):
@@ -103,31 +87,13 @@ def _check_id(value: object, what: str) -> str:
     return value
 
 
-class _Publisher(Celery):
-    """The client's Celery app: it publishes tasks without subscribing to their results as it sends them.
-
-    Celery's Redis result backend subscribes to a task's result channel in `send_task` (and unsubscribes when
-    the `AsyncResult` is dropped): two round trips per turn for a result this client never reads, since it
-    awaits the unit's own events. `AsyncResult.get()` still works: it subscribes, then reads the stored
-    result, when it is called.
-    """
-
-    def _get_backend(self) -> Any:
-        backend = super()._get_backend()
-        backend.on_task_call = _no_subscription
-        return backend
-
-
-def _no_subscription(producer: object, task_id: str) -> None:
-    return None
-
-
 class Client:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or load_settings()
         self.redis = new_store_client(self.settings, socket_connect_timeout=STORE_CONNECT_TIMEOUT)
-        self._celery = _Publisher("baton-client")
-        self._celery.conf.update(celery_config(self.settings))
+        self._publisher = Publisher(self.settings)
+        self._celery = self._publisher.celery
+        self._enqueue = Enqueue(self.redis)
 
     def close(self) -> None:
         self.redis.close()
@@ -153,26 +119,19 @@ class Client:
         _check_id(chat_id, "chat_id")
         self._check_text(text)
         owner = keys.owner("chat", chat_id)
-        last = self._last_turn(owner)
-        if last is not None and last.status == "failed" and same_text(last.text, text):
-            return self._retry_turn(last)
         turn_id = f"t-{uuid.uuid4().hex[:16]}"
         task_id = str(uuid.uuid4())
         now = time.time()
         rec = UnitRecord(
             kind="turn", owner_id=owner, unit_id=turn_id, text=text, task_id=task_id, created_at=now, updated_at=now
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(keys.record(owner, turn_id), mapping=hash_mapping(rec.to_hash()))
-        pipe.rpush(keys.queue(owner), turn_id)
-        pipe.rpush(keys.turns(owner), turn_id)
-        if last is None or last.terminal:
-            # A new message invalidates a failed turn's stored round; an unfinished turn may still be
-            # about to resume from its own (an automatic resume), so its round is left alone.
-            pipe.delete(keys.round_slot(owner))
-        pipe.xadd(keys.events(owner), {"e": encode_event("turn.queued", owner, {"turn_id": turn_id})})
-        pipe.zadd(keys.PENDING, {owner: now})  # the sweep republishes it if the broker loses its message
-        pipe.execute()
+        fields, event = rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now)
+        failed = self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=True)
+        if failed is not None:  # the last turn failed: the same text again retries it, any other is a new turn
+            last = load_record(self.redis, owner, failed)
+            if last is not None and last.status == "failed" and same_text(last.text, text):
+                return self._retry_turn(last)
+            self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=False)
         self._send(rec)
         return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
 
@@ -221,22 +180,22 @@ class Client:
 
     @_reaching
     def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
-        """Block until the turn or run ends or waits for an approval (awaiting its events, not polling
-        blindly), or the timeout passes."""
+        """Block until the turn or run ends or waits for an approval (awaiting its owner's settled signal, not
+        polling), or the timeout passes."""
         if isinstance(ref, RunRef):
             owner, unit = keys.owner("run", ref.run_id), ref.run_id
         else:
             owner, unit = keys.owner("chat", ref.chat_id), ref.turn_id
         deadline = time.monotonic() + timeout
-        key = keys.events(owner)
-        # One round trip; the stream's tail is read before the record, so no later event is missed.
+        key = keys.settled(owner)
+        # One round trip; the signal's tail is read before the record, so no later ending or park is missed.
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(key, count=1)
         pipe.hgetall(keys.record(owner, unit))
         raw_tail, raw_rec = pipe.execute()
         tail = stream_entries(raw_tail)
         last_id = tail[0][0] if tail else "0-0"
-        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; events only say when to read it
+        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; the signal only says when to read it
         while True:
             if rec is None:
                 raise NotFound(f"no such turn or run: {unit}")
@@ -245,12 +204,12 @@ class Client:
             if rec.terminal or parked or time.monotonic() >= deadline:
                 return turn_result(rec) if rec.kind == "turn" else run_status(rec)
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=500) or [])
+            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=100) or [])
             if entries:
                 last_id = entries[-1][0]
-            # Live text and progress events wake us many times a second; only an ending (or a quiet second) is
-            # worth a read of the record.
-            if not entries or any(_ends_or_parks(fields.get(b"e", b"")) for _, fields in entries):
+            # Another unit of the chat settling is no news for this one. A quiet second reads the record anyway:
+            # an ending written without the signal (by an older worker) costs that second, never the ending.
+            if not entries or any(text(fields.get(_SETTLED_FIELD, b"")) == unit for _, fields in entries):
                 rec = load_record(self.redis, owner, unit)
 
     # -- either kind -----------------------------------------------------------------------------
@@ -384,49 +343,7 @@ class Client:
         return out
 
     def _send(self, rec: UnitRecord, task_id: str | None = None) -> None:
-        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
-        is failed as retryable rather than left queued for a message nobody holds, and `Unavailable` says so."""
-        task_id = task_id or rec.task_id
-        try:
-            self._publish(rec, task_id)
-        except BROKER_ERRORS as err:
-            failure = Failure.model_validate(
-                {
-                    "class": "infra_transient",
-                    "retryable": True,
-                    "message": "Baton could not reach the broker to start it; nothing ran. Retry when it is back.",
-                }
-            )
-            withdrawn = withdraw(self.redis, rec, task_id, failure)
-            if withdrawn and rec.kind == "turn":
-                self._start_next(rec.owner_id)
-            what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
-            consequence = (
-                f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
-                if withdrawn
-                else f"{what} {rec.unit_id} may still start"
-            )
-            raise Unavailable("broker", self.settings, err, consequence=consequence) from err
-
-    def _publish(self, rec: UnitRecord, task_id: str) -> None:
-        if rec.kind == "run":
-            self._celery.send_task("baton.coding_run", args=[rec.unit_id], task_id=task_id, queue=self.settings.queue)
-        else:
-            chat_id = rec.owner_id.partition(":")[2]
-            self._celery.send_task(
-                "baton.chat_turn", args=[chat_id, rec.unit_id], task_id=task_id, queue=self.settings.queue
-            )
-
-    def _start_next(self, owner_id: str) -> None:
-        """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not
-        at the head) is published, as a settle would. Best effort: the broker was just found unreachable."""
-        nxt = chat_head_record(self.redis, owner_id)
-        if nxt is None or nxt.status != "queued":
-            return
-        try:
-            self._publish(nxt, nxt.task_id)
-        except BROKER_ERRORS as err:
-            log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
+        self._publisher.send(self.redis, rec, task_id)
 
     # -- coding runs -----------------------------------------------------------------------------
 

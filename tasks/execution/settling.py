@@ -22,7 +22,7 @@ from agent.provider.replay import RequestFailed
 from agent.rounds import build_round
 from agent.state import LoopState, tool_summary
 from tasks.execution import wiring
-from tasks.store import keys
+from tasks.store import keys, settled
 from tasks.store.approvals import due_member
 from tasks.store.failover import FAILOVER_NOTICE, failed_over, replication_id
 from tasks.store.fenced import Batch
@@ -182,6 +182,7 @@ class Settling:
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
         batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
+        batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
         chat = unit.driver is Driver.CHAT_TURN
         if chat:
             batch.read("LINDEX", keys.queue(unit.owner_id), "0")  # who is next, read in the same round trip
@@ -293,6 +294,7 @@ class Settling:
             batch.add("ZADD", keys.APPROVAL_DUE, "NX", repr(due), member)
         batch.add("DEL", keys.lease(unit.owner_id))
         batch.add("ZREM", keys.ACTIVE, unit.owner_id)
+        batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
         self.fence.commit(batch)
         return Outcome("done", "waiting")
 

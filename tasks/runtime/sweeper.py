@@ -11,7 +11,7 @@ from agent.events import encode_event
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from agent.policy import after_interruption
 from config.settings import Settings
-from tasks.store import keys
+from tasks.store import keys, settled
 from tasks.store.reads import chat_head, chat_head_record, load_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import blobs, members, scored_texts
@@ -77,6 +77,7 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitReco
         )
         if rec.kind == "turn":
             pipe.lrem(keys.queue(rec.owner_id), 1, rec.unit_id)
+        pipe.xadd(keys.settled(rec.owner_id), {settled.FIELD: rec.unit_id}, maxlen=settled.MAXLEN, approximate=True)
         pipe.execute()
         if rec.kind == "turn":
             _hand_off(client, app, settings, rec.owner_id)

@@ -28,6 +28,11 @@ def base(owner_id: str) -> str:
     return f"{PREFIX}:{{{owner_id}}}"
 
 
+def settled(owner_id: str) -> str:
+    """Stream: one entry per unit of this owner that ended or parked for approval (`tasks/store/settled.py`)."""
+    return f"{base(owner_id)}:settled"
+
+
 def transcript(owner_id: str) -> str:
     return f"{base(owner_id)}:transcript"
 

@@ -16,19 +16,20 @@ import time
 import redis
 
 from agent.events import encode_event
-from tasks.store import keys
+from tasks.store import keys, settled
 from tasks.store.fenced import EVENTS_MAXLEN
 from tasks.store.records import Failure, UnitRecord
 
-# KEYS: record, chat queue (a run's: any unused key), events, round slot.
+# KEYS: record, chat queue (a run's: any unused key), events, round slot, settled signal.
 # ARGV: task id (JSON), failure (JSON), unit id, now, events maxlen, the failed event without a stored round, and
-# with one.
+# with one, the settled signal's maxlen.
 _WITHDRAW = """
 if redis.call('HGET', KEYS[1], 'status') ~= '"queued"' or redis.call('HGET', KEYS[1], 'task_id') ~= ARGV[1]
 then return 0 end
 redis.call('HSET', KEYS[1], 'status', '"failed"', 'failure', ARGV[2], 'waiting_reason', 'null', 'updated_at', ARGV[4])
 redis.call('LREM', KEYS[2], 1, ARGV[3])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'e', ARGV[6 + redis.call('EXISTS', KEYS[4])])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'u', ARGV[3])
 return 1
 """
 
@@ -46,16 +47,18 @@ def withdraw(client: redis.Redis, rec: UnitRecord, task_id: str, failure: Failur
     queue = keys.queue(rec.owner_id) if kind == "turn" else keys.record(rec.owner_id, rec.unit_id) + ":none"
     done = client.eval(
         _WITHDRAW,
-        4,
+        5,
         keys.record(rec.owner_id, rec.unit_id),
         queue,
         keys.events(rec.owner_id),
         keys.round_slot(rec.owner_id),
+        keys.settled(rec.owner_id),
         json.dumps(task_id),
         failure.model_dump_json(by_alias=True),
         rec.unit_id,
         json.dumps(at),
         str(EVENTS_MAXLEN),
         *events,
+        str(settled.MAXLEN),
     )
     return bool(done)

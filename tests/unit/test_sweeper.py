@@ -103,3 +103,13 @@ def test_a_live_unit_is_not_swept(store):
     store.set(keys.lease(owner), "r1|w@h|x|y", px=3000)
     app = FakeApp()
     assert sweep_once(store, app, SETTINGS) == [] and app.sent == []
+
+
+def test_a_unit_lost_past_the_limit_is_failed_and_its_waiters_are_signalled(store):
+    owner = _run(store, status="running")
+    store.hset(keys.record(owner, "r1"), "interruptions", str(SETTINGS.max_interruptions))
+    store.zadd(keys.ACTIVE, {owner: time.time() - 10})
+    app = FakeApp()
+    assert sweep_once(store, app, SETTINGS) == []  # failed, not requeued
+    assert store.hget(keys.record(owner, "r1"), "status") == b'"failed"' and app.sent == []
+    assert [fields for _, fields in store.xrange(keys.settled(owner))] == [{b"u": b"r1"}]

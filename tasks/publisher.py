@@ -1,0 +1,105 @@
+"""Handing a unit's task to the broker, and withdrawing the unit when the broker cannot take it.
+
+A unit that was queued in Redis but whose message no broker holds would wait for nobody (on RabbitMQ nothing
+publishes it again, and a chat's later turns queue behind it), so a publish that fails fails the unit as
+retryable, and `Unavailable` says what became of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import BatchPublishError
+
+from config.celeryconfig import celery_config
+from config.settings import Settings
+from tasks.reach import BROKER_ERRORS, Unavailable
+from tasks.runtime.kombu_fixes import install as install_kombu_fixes
+from tasks.store.reads import chat_head_record
+from tasks.store.records import Failure, UnitRecord
+from tasks.store.withdrawal import withdraw
+
+log = logging.getLogger("baton.client")
+
+_BROKER_DOWN = Failure.model_validate(
+    {
+        "class": "infra_transient",
+        "retryable": True,
+        "message": "Baton could not reach the broker to start it; nothing ran. Retry when it is back.",
+    }
+)
+
+
+class _Celery(Celery):
+    """The client's Celery app: it publishes tasks without subscribing to their results as it sends them.
+
+    Celery's Redis result backend subscribes to a task's result channel in `send_task` (and unsubscribes when
+    the `AsyncResult` is dropped): two round trips per turn for a result this client never reads, since it
+    awaits the unit's own events. `AsyncResult.get()` still works: it subscribes, then reads the stored
+    result, when it is called.
+    """
+
+    def _get_backend(self) -> Any:
+        backend = super()._get_backend()
+        backend.on_task_call = _no_subscription
+        return backend
+
+
+def _no_subscription(producer: object, task_id: str) -> None:
+    return None
+
+
+class Publisher:
+    def __init__(self, settings: Settings) -> None:
+        install_kombu_fixes()  # one Redis client object per channel, not one per publish
+        self.settings = settings
+        self.celery = _Celery("baton-client")
+        self.celery.conf.update(celery_config(settings))
+
+    def send(self, store: redis.Redis, rec: UnitRecord, task_id: str | None = None) -> None:
+        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
+        is failed as retryable rather than left queued for a message nobody holds, and `Unavailable` says so."""
+        task_id = task_id or rec.task_id
+        try:
+            self.publish(rec, task_id)
+        except BROKER_ERRORS as err:
+            withdrawn = withdraw(store, rec, task_id, _BROKER_DOWN)
+            if withdrawn and rec.kind == "turn":
+                self._start_next(store, rec.owner_id)
+            what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
+            consequence = (
+                f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
+                if withdrawn
+                else f"{what} {rec.unit_id} may still start"
+            )
+            raise Unavailable("broker", self.settings, err, consequence=consequence) from err
+
+    def publish(self, rec: UnitRecord, task_id: str) -> None:
+        """The task message and its task-sent event (Flower's) in one batch: one round trip on Redis (on RabbitMQ
+        they go one by one, as before). A batch that failed may or may not have been delivered, so it is published
+        again the ordinary way, with Celery's retries: a second copy of a unit's message is harmless (the unit's
+        record and lease turn it away), a lost one would not be."""
+        if rec.kind == "run":
+            name, args = "baton.coding_run", [rec.unit_id]
+        else:
+            name, args = "baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id]
+        try:
+            with self.celery.producer_or_acquire() as producer, producer.batch():
+                self.celery.send_task(name, args=args, task_id=task_id, queue=self.settings.queue, producer=producer)
+        except BatchPublishError as err:
+            log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
+            self.celery.send_task(name, args=args, task_id=task_id, queue=self.settings.queue)
+
+    def _start_next(self, store: redis.Redis, owner_id: str) -> None:
+        """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not
+        at the head) is published, as a settle would. Best effort: the broker was just found unreachable."""
+        nxt = chat_head_record(store, owner_id)
+        if nxt is None or nxt.status != "queued":
+            return
+        try:
+            self.publish(nxt, nxt.task_id)
+        except BROKER_ERRORS as err:
+            log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)

@@ -1,0 +1,90 @@
+"""Enqueueing a chat turn: the chat's last turn is looked at and the new turn written in one script, one round trip.
+
+The new turn's record, its place in the chat's queue and turn list, its `turn.queued` event and the pending mark
+are written together, so a reader never sees a turn in the queue without its record. A failed last turn is
+handed back unwritten when asked: re-sending its text retries it instead (the caller compares the texts), and
+only then does the caller ask again with `if_failed` off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import redis
+
+from tasks.store import keys
+from tasks.store.records import TERMINAL
+
+# KEYS: turn list, queue, round slot, events, PENDING, the new record.
+# ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
+# the terminal statuses (JSON) as one space-separated list, then the new record's fields and values.
+_ENQUEUE = """
+local last = redis.call('LINDEX', KEYS[1], -1)
+local status = false
+if last then
+  status = redis.call('HGET', ARGV[1] .. last, 'status')
+  if status == '"failed"' and ARGV[6] == '1' then return last end
+end
+local fields = {}
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[6], unpack(fields))
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('RPUSH', KEYS[1], ARGV[3])
+-- A new message invalidates a finished turn's stored round; an unfinished turn may still be about to resume from
+-- its own (an automatic resume), so its round is left alone. A last turn without a record counts as finished.
+if not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true) then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('XADD', KEYS[4], '*', 'e', ARGV[5])
+redis.call('ZADD', KEYS[5], ARGV[4], ARGV[2])
+return false
+"""
+
+_TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
+
+
+class Enqueue:
+    """The enqueue script, registered once per client (EVALSHA after the first call)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._script = client.register_script(_ENQUEUE)
+
+    def __call__(
+        self,
+        client: redis.Redis,
+        owner_id: str,
+        turn_id: str,
+        record: Mapping[str, str],
+        event: str,
+        now: float,
+        *,
+        if_failed: bool,
+    ) -> str | None:
+        """Write the new turn and return None; or, with `if_failed`, return the id of a failed last turn and
+        write nothing."""
+        fields = [part for item in record.items() for part in item]
+        found = self._script(
+            keys=[
+                keys.turns(owner_id),
+                keys.queue(owner_id),
+                keys.round_slot(owner_id),
+                keys.events(owner_id),
+                keys.PENDING,
+                keys.record(owner_id, turn_id),
+            ],
+            args=[
+                keys.record(owner_id, ""),
+                owner_id,
+                turn_id,
+                repr(now),
+                event,
+                "1" if if_failed else "0",
+                _TERMINAL_JSON,
+                *fields,
+            ],
+            client=client,
+        )
+        if found is None:
+            return None
+        return found.decode() if isinstance(found, bytes) else str(found)

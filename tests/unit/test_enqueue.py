@@ -1,0 +1,66 @@
+"""Enqueueing a chat turn in one script: what it writes, and the failed last turn it hands back instead."""
+
+from __future__ import annotations
+
+import json
+
+import fakeredis
+import pytest
+
+from tasks.store import keys
+from tasks.store.enqueue import Enqueue
+from tasks.store.records import UnitRecord
+
+OWNER = keys.owner("chat", "c1")
+
+
+@pytest.fixture
+def store():
+    return fakeredis.FakeRedis()
+
+
+def _fields(turn_id: str, text: str = "hello") -> dict[str, str]:
+    return UnitRecord(kind="turn", owner_id=OWNER, unit_id=turn_id, text=text, task_id=f"task-{turn_id}").to_hash()
+
+
+def _last_turn(store, turn_id: str, status: str) -> None:
+    store.hset(keys.record(OWNER, turn_id), mapping={**_fields(turn_id), "status": json.dumps(status)})
+    store.rpush(keys.turns(OWNER), turn_id)
+    store.set(keys.round_slot(OWNER), "a stored round")
+
+
+def test_a_new_turn_is_written_whole(store):
+    found = Enqueue(store)(store, OWNER, "t1", _fields("t1"), '{"type":"turn.queued"}', 12.5, if_failed=True)
+    assert found is None
+    assert UnitRecord.from_hash(store.hgetall(keys.record(OWNER, "t1"))) == UnitRecord.from_hash(_fields("t1"))
+    assert store.lrange(keys.queue(OWNER), 0, -1) == [b"t1"] and store.lrange(keys.turns(OWNER), 0, -1) == [b"t1"]
+    [(_, entry)] = store.xrange(keys.events(OWNER))
+    assert entry == {b"e": b'{"type":"turn.queued"}'}
+    assert store.zscore(keys.PENDING, OWNER) == 12.5
+
+
+def test_a_failed_last_turn_is_handed_back_and_nothing_is_written(store):
+    _last_turn(store, "t1", "failed")
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) == "t1"
+    assert not store.exists(keys.record(OWNER, "t2"), keys.queue(OWNER), keys.events(OWNER))
+    assert store.llen(keys.turns(OWNER)) == 1 and store.zscore(keys.PENDING, OWNER) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "if_failed", "round_kept"),
+    [("failed", False, False), ("completed", True, False), ("stopped", True, False), ("running", True, True),
+     ("queued", True, True), ("waiting", True, True)],
+)
+def test_a_finished_last_turns_round_is_dropped_an_unfinished_ones_kept(store, status, if_failed, round_kept):
+    """An unfinished turn may still resume from its stored round; a new message invalidates a finished one's."""
+    _last_turn(store, "t1", status)
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=if_failed) is None
+    assert store.lrange(keys.turns(OWNER), 0, -1) == [b"t1", b"t2"]
+    assert bool(store.exists(keys.round_slot(OWNER))) is round_kept
+
+
+def test_a_last_turn_without_a_record_counts_as_finished(store):
+    store.rpush(keys.turns(OWNER), "gone")
+    store.set(keys.round_slot(OWNER), "a stored round")
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) is None
+    assert not store.exists(keys.round_slot(OWNER))
