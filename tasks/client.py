@@ -126,13 +126,17 @@ class Client:
             kind="turn", owner_id=owner, unit_id=turn_id, text=text, task_id=task_id, created_at=now, updated_at=now
         )
         fields, event = rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now)
-        failed = self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=True)
-        if failed is not None:  # the last turn failed: the same text again retries it, any other is a new turn
-            last = load_record(self.redis, owner, failed)
+        enqueued = self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=True)
+        if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
+            last = load_record(self.redis, owner, enqueued.failed_last)
             if last is not None and last.status == "failed" and same_text(last.text, text):
                 return self._retry_turn(last)
-            self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=False)
-        self._send(rec)
+            enqueued = self._enqueue(self.redis, owner, turn_id, fields, event, now, if_failed=False)
+        if enqueued.ahead == 0:
+            self._send(rec)
+        # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads
+        # the queue inside its fenced write, atomic with this enqueue): published now, its message would only be
+        # delivered, found not at the head and dropped. A hand-off lost to a crash is the lost-message sweep's.
         return TurnRef(chat_id=chat_id, turn_id=turn_id, task_id=task_id)
 
     def _last_turn(self, owner: str) -> UnitRecord | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import redis
 
@@ -29,7 +30,7 @@ end
 local fields = {}
 for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[6], unpack(fields))
-redis.call('RPUSH', KEYS[2], ARGV[3])
+local queued = redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[1], ARGV[3])
 -- A new message invalidates a finished turn's stored round; an unfinished turn may still be about to resume from
 -- its own (an automatic resume), so its round is left alone. A last turn without a record counts as finished.
@@ -38,10 +39,18 @@ if not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, tru
 end
 redis.call('XADD', KEYS[4], '*', 'e', ARGV[5])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[2])
-return false
+return queued
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What the script did: handed back a failed last turn (and wrote nothing), or wrote the new turn."""
+
+    failed_last: str | None = None
+    ahead: int = 0  # unfinished turns before the new one in the chat's queue when it was written
 
 
 class Enqueue:
@@ -60,9 +69,9 @@ class Enqueue:
         now: float,
         *,
         if_failed: bool,
-    ) -> str | None:
-        """Write the new turn and return None; or, with `if_failed`, return the id of a failed last turn and
-        write nothing."""
+    ) -> Enqueued:
+        """Write the new turn (and say how many turns are ahead of it); or, with `if_failed`, hand back the id
+        of a failed last turn and write nothing."""
         fields = [part for item in record.items() for part in item]
         found = self._script(
             keys=[
@@ -85,6 +94,6 @@ class Enqueue:
             ],
             client=client,
         )
-        if found is None:
-            return None
-        return found.decode() if isinstance(found, bytes) else str(found)
+        if isinstance(found, int):
+            return Enqueued(ahead=found - 1)
+        return Enqueued(failed_last=found.decode() if isinstance(found, bytes) else str(found))

@@ -33,7 +33,9 @@ def client():
 
 
 def _fail(client, turn_id: str) -> None:
+    """As a settle fails a turn: its record says so and it leaves the chat's queue."""
     client.redis.hset(keys.record(OWNER, turn_id), mapping={"status": json.dumps("failed")})
+    client.redis.lrem(keys.queue(OWNER), 0, turn_id)
 
 
 def test_resending_a_failed_turns_text_retries_it_and_other_text_is_a_new_turn(client):
@@ -49,3 +51,15 @@ def test_resending_a_failed_turns_text_retries_it_and_other_text_is_a_new_turn(c
     assert client.redis.lrange(keys.turns(OWNER), 0, -1) == [first.turn_id.encode(), other.turn_id.encode()]
     assert client._publisher.sent[-1] == (other.turn_id, other.task_id)
     assert client.turn("c1", other.turn_id).status == "queued"
+
+
+def test_a_turn_behind_an_unfinished_one_is_not_published_until_the_turn_ahead_settles(client):
+    """Its message would only be delivered, found not at the head and dropped: the settle ahead publishes it."""
+    first = client.send_message("c1", "one")
+    second = client.send_message("c1", "two")
+    assert client._publisher.sent == [(first.turn_id, first.task_id)]
+    assert client.turn("c1", second.turn_id).status == "queued"
+    _fail(client, first.turn_id)
+    _fail(client, second.turn_id)
+    third = client.send_message("c1", "three")  # nothing unfinished ahead: at the head, published at once
+    assert client._publisher.sent[-1] == (third.turn_id, third.task_id)

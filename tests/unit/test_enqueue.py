@@ -8,7 +8,7 @@ import fakeredis
 import pytest
 
 from tasks.store import keys
-from tasks.store.enqueue import Enqueue
+from tasks.store.enqueue import Enqueue, Enqueued
 from tasks.store.records import UnitRecord
 
 OWNER = keys.owner("chat", "c1")
@@ -31,7 +31,7 @@ def _last_turn(store, turn_id: str, status: str) -> None:
 
 def test_a_new_turn_is_written_whole(store):
     found = Enqueue(store)(store, OWNER, "t1", _fields("t1"), '{"type":"turn.queued"}', 12.5, if_failed=True)
-    assert found is None
+    assert found == Enqueued(ahead=0)
     assert UnitRecord.from_hash(store.hgetall(keys.record(OWNER, "t1"))) == UnitRecord.from_hash(_fields("t1"))
     assert store.lrange(keys.queue(OWNER), 0, -1) == [b"t1"] and store.lrange(keys.turns(OWNER), 0, -1) == [b"t1"]
     [(_, entry)] = store.xrange(keys.events(OWNER))
@@ -41,7 +41,7 @@ def test_a_new_turn_is_written_whole(store):
 
 def test_a_failed_last_turn_is_handed_back_and_nothing_is_written(store):
     _last_turn(store, "t1", "failed")
-    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) == "t1"
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) == Enqueued(failed_last="t1")
     assert not store.exists(keys.record(OWNER, "t2"), keys.queue(OWNER), keys.events(OWNER))
     assert store.llen(keys.turns(OWNER)) == 1 and store.zscore(keys.PENDING, OWNER) is None
 
@@ -54,7 +54,7 @@ def test_a_failed_last_turn_is_handed_back_and_nothing_is_written(store):
 def test_a_finished_last_turns_round_is_dropped_an_unfinished_ones_kept(store, status, if_failed, round_kept):
     """An unfinished turn may still resume from its stored round; a new message invalidates a finished one's."""
     _last_turn(store, "t1", status)
-    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=if_failed) is None
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=if_failed).failed_last is None
     assert store.lrange(keys.turns(OWNER), 0, -1) == [b"t1", b"t2"]
     assert bool(store.exists(keys.round_slot(OWNER))) is round_kept
 
@@ -62,5 +62,17 @@ def test_a_finished_last_turns_round_is_dropped_an_unfinished_ones_kept(store, s
 def test_a_last_turn_without_a_record_counts_as_finished(store):
     store.rpush(keys.turns(OWNER), "gone")
     store.set(keys.round_slot(OWNER), "a stored round")
-    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) is None
+    assert Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) == Enqueued(ahead=0)
     assert not store.exists(keys.round_slot(OWNER))
+
+
+def test_a_turn_behind_an_unfinished_one_says_how_many_are_ahead(store):
+    """The client publishes only a turn at the head; one behind is published by the settle of the turn ahead."""
+    enqueue = Enqueue(store)
+    assert enqueue(store, OWNER, "t1", _fields("t1"), "{}", 1.0, if_failed=True) == Enqueued(ahead=0)
+    assert enqueue(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True) == Enqueued(ahead=1)
+    assert enqueue(store, OWNER, "t3", _fields("t3"), "{}", 1.0, if_failed=True) == Enqueued(ahead=2)
+    store.lrem(keys.queue(OWNER), 0, "t1")
+    store.lrem(keys.queue(OWNER), 0, "t2")
+    store.lrem(keys.queue(OWNER), 0, "t3")  # all settled
+    assert enqueue(store, OWNER, "t4", _fields("t4"), "{}", 1.0, if_failed=True) == Enqueued(ahead=0)
