@@ -1,7 +1,8 @@
 """Live text in Redis: a model step's text deltas, batched into the unit's event stream as they stream.
 
 Deltas are buffered and written at most every `FLUSH_SECONDS` (or sooner past `FLUSH_CHARS`), never
-per token. They go out through the unit's `Fence` as its prelude, so every event the execution writes
+per token: by the streaming thread when a delta finds the interval over, else by the process's one
+`TrailingFlusher` once it is. They go out through the unit's `Fence` as its prelude, so every event the execution writes
 is preceded in the stream by all text streamed before it, and a stale holder publishes no text at all.
 Which attempts of a step streamed text, and which were discarded since, is kept per generation in
 `keys.live`, so an execution after a drain or a lost worker numbers its attempts on and voids the
@@ -21,6 +22,7 @@ import redis
 from agent.errors import LeaseLost
 from agent.events import TEXT_DELTA, encode_event
 from agent.live import StepStart
+from tasks.execution.trailing import TrailingFlusher, trailing_flusher
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
 
@@ -44,6 +46,7 @@ class RedisLiveText:
         generation: int,
         clock: Callable[[], float] = time.monotonic,
         loaded: Mapping[bytes | str, bytes | str] | None = None,
+        flusher: TrailingFlusher | None = None,
     ) -> None:
         """`loaded`: the attempt marks as already read (with the lease, in the same round trip); else read lazily."""
         self._client = client
@@ -64,7 +67,8 @@ class RedisLiveText:
         self._in_flight: tuple[str, int] | None = None
         self._last_flush = float("-inf")
         self._closed = False
-        self._flusher: threading.Thread | None = None
+        self._flusher = flusher
+        self._scheduled = False  # a trailing flush is asked of the flusher and not yet looked at
         fence.prelude = self._take
 
     # -- agent.live.LiveText -----------------------------------------------------------------------
@@ -90,10 +94,10 @@ class RedisLiveText:
             else:
                 self._pending.append((message_id, attempt, text))
             self._pending_chars += len(text)
-            due = self._pending_chars >= FLUSH_CHARS or self._clock() - self._last_flush >= FLUSH_SECONDS
-            if not due:
-                self._ensure_flusher()
-                self._cv.notify()
+            wait = self._last_flush + FLUSH_SECONDS - self._clock()
+            due = self._pending_chars >= FLUSH_CHARS or wait <= 0
+            if not due and not self._scheduled:
+                self._schedule(wait)
         if due:
             self._fence.commit(Batch())
 
@@ -122,10 +126,9 @@ class RedisLiveText:
         return cut
 
     def close(self) -> None:
-        """Stop the flusher; text still buffered goes out with the next commit (the settle's)."""
+        """No more trailing flushes; text still buffered goes out with the next commit (the settle's)."""
         with self._cv:
             self._closed = True
-            self._cv.notify()
 
     # -- the buffer ----------------------------------------------------------------------------------
 
@@ -153,27 +156,28 @@ class RedisLiveText:
             self._dirty.clear()
         return batch
 
-    def _ensure_flusher(self) -> None:
+    def _schedule(self, wait: float) -> None:
+        """Ask the process's flusher for a look once the interval is up (called holding `_cv`)."""
         if self._flusher is None:
-            self._flusher = threading.Thread(target=self._flush_loop, name="baton-live-text", daemon=True)
-            self._flusher.start()
+            self._flusher = trailing_flusher()
+        self._scheduled = True
+        self._flusher.at(time.monotonic() + max(0.0, wait), self)
 
-    def _flush_loop(self) -> None:
-        """Writes what a burst left buffered once its interval is up (the trailing edge of the batching)."""
-        while True:
-            with self._cv:
-                while not self._closed:
-                    wait = self._last_flush + FLUSH_SECONDS - self._clock()
-                    if self._pending and wait <= 0:
-                        break
-                    self._cv.wait(wait if self._pending else None)
-                if self._closed:
-                    return
-            try:
-                self._fence.commit(Batch())
-            except (LeaseLost, redis.RedisError) as err:
-                # The execution's own next write meets the same error and settles accordingly.
-                log.debug("live text not written: %s", err)
+    def flush_due(self) -> None:
+        """The flusher's look: write what a burst left buffered once its interval is up (the trailing edge)."""
+        with self._cv:
+            self._scheduled = False
+            if self._closed or not self._pending:
+                return  # closed, or a write of the unit's own took it all since it asked
+            wait = self._last_flush + FLUSH_SECONDS - self._clock()
+            if wait > 0:  # a write of the unit's own came since it asked, and more text after it
+                self._schedule(wait)
+                return
+        try:
+            self._fence.commit(Batch())
+        except (LeaseLost, redis.RedisError) as err:
+            # The execution's own next write meets the same error and settles accordingly.
+            log.debug("live text not written: %s", err)
 
 
 def _marks(raw: Mapping[bytes | str, bytes | str]) -> dict[str, dict[str, int]]:
