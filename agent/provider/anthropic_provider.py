@@ -3,16 +3,22 @@
 The SDK's read timeout is per read, so setting it to the idle timeout turns a silent stream into
 `httpx2.ReadTimeout` (a stall). A stop or drain closes the response from the cancel token's
 callback, which unblocks a read that is waiting on a silent socket.
+
+The request goes through the SDK's own `post` into the SDK's `Stream` of plain objects: its SSE decoding,
+its status errors and its in-stream `error` events, as `messages.create` has them, but each event comes as
+the JSON dict the reducer folds instead of being built into a pydantic model and dumped back (`.to_dict()`),
+which was half of what an event cost the calling thread (31.6 -> 15.2 us a text delta).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2
+from anthropic import Stream
 
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
@@ -77,13 +83,13 @@ class AnthropicProvider:
         snapshot = Snapshot()
         client = self._get_client()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
-            stream = client.messages.create(**params)
+            stream = client.post("/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object])
         except Exception as err:
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
         unregister = cancel.on_cancel(lambda: _abort(stream.response))
         try:
             for event in stream:
-                raw = event.to_dict()
+                raw = cast(dict[str, Any], event)  # cast_to=object: the event's JSON as it came
                 accumulate(raw, snapshot)
                 if on_text is not None and raw.get("type") == "content_block_delta":
                     delta = raw["delta"]
