@@ -1,9 +1,10 @@
 """Live text in Redis: a model step's text deltas, batched into the unit's event stream as they stream.
 
-Deltas are buffered and written at most every `FLUSH_SECONDS` (or sooner past `FLUSH_CHARS`), never
-per token: by the streaming thread when a delta finds the interval over, else by the process's one
-`TrailingFlusher` once it is. They go out through the unit's `Fence` as its prelude, so every event the execution writes
-is preceded in the stream by all text streamed before it, and a stale holder publishes no text at all.
+Deltas are buffered and written about every `FLUSH_SECONDS`, never per token: by the process's one
+`LiveWriter`, all its streaming units' text in one round trip (or by the streaming thread itself past
+`FLUSH_CHARS`, and by any commit of the unit's own, which takes the buffer with it). They go out under
+the unit's `Fence`, as its prelude or under its lock, so every event the execution writes is preceded in
+the stream by all text streamed before it, and a stale holder publishes no text at all.
 Which attempts of a step streamed text, and which were discarded since, is kept per generation in
 `keys.live`, so an execution after a drain or a lost worker numbers its attempts on and voids the
 text a dead worker left behind.
@@ -12,21 +13,16 @@ text a dead worker left behind.
 from __future__ import annotations
 
 import json
-import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import redis
 
-from agent.errors import LeaseLost
 from agent.events import TEXT_DELTA, encode_event
 from agent.live import StepStart
-from tasks.execution.trailing import TrailingFlusher, trailing_flusher
+from tasks.execution.live_writer import LiveWriter, live_writer
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
-
-log = logging.getLogger("baton.live")
 
 FLUSH_SECONDS = 0.05
 FLUSH_CHARS = 400
@@ -44,18 +40,16 @@ class RedisLiveText:
         owner_id: str,
         unit_id: str,
         generation: int,
-        clock: Callable[[], float] = time.monotonic,
         loaded: Mapping[bytes | str, bytes | str] | None = None,
-        flusher: TrailingFlusher | None = None,
+        writer: LiveWriter | None = None,
     ) -> None:
         """`loaded`: the attempt marks as already read (with the lease, in the same round trip); else read lazily."""
         self._client = client
-        self._fence = fence
+        self.fence = fence
         self._owner_id = owner_id
         self._unit_id = unit_id
         self._key = keys.live(owner_id, unit_id, generation)
         self._events_key = keys.events(owner_id)
-        self._clock = clock
         self._cv = threading.Condition()
         self._pending: list[tuple[str, int, str]] = []  # (message id, attempt, text), coalesced per attempt
         self._pending_chars = 0
@@ -65,10 +59,9 @@ class RedisLiveText:
             self._attempts = _marks(loaded)
         self._dirty: set[str] = set()
         self._in_flight: tuple[str, int] | None = None
-        self._last_flush = float("-inf")
         self._closed = False
-        self._flusher = flusher
-        self._scheduled = False  # a trailing flush is asked of the flusher and not yet looked at
+        self._writer = writer
+        self._asked = False  # a write is asked of the writer and not yet made
         fence.prelude = self._take
 
     # -- agent.live.LiveText -----------------------------------------------------------------------
@@ -94,12 +87,11 @@ class RedisLiveText:
             else:
                 self._pending.append((message_id, attempt, text))
             self._pending_chars += len(text)
-            wait = self._last_flush + FLUSH_SECONDS - self._clock()
-            due = self._pending_chars >= FLUSH_CHARS or wait <= 0
-            if not due and not self._scheduled:
-                self._schedule(wait)
+            due = self._pending_chars >= FLUSH_CHARS
+            if not due and not self._asked:
+                self._ask()
         if due:
-            self._fence.commit(Batch())
+            self.fence.commit(Batch())
 
     def discarded(self, message_id: str, attempt: int) -> None:
         with self._cv:
@@ -126,7 +118,7 @@ class RedisLiveText:
         return cut
 
     def close(self) -> None:
-        """No more trailing flushes; text still buffered goes out with the next commit (the settle's)."""
+        """No more writes by the writer; text still buffered goes out with the next commit (the settle's)."""
         with self._cv:
             self._closed = True
 
@@ -149,35 +141,31 @@ class RedisLiveText:
             if self._dirty and self._attempts is not None:
                 marks = {m: json.dumps(self._attempts[m]) for m in sorted(self._dirty)}
                 batch.hset(self._key, marks, raw=True).add("PEXPIRE", self._key, str(LIVE_RETENTION_MS))
-            if self._pending:
-                self._last_flush = self._clock()
             self._pending.clear()
             self._pending_chars = 0
             self._dirty.clear()
         return batch
 
-    def _schedule(self, wait: float) -> None:
-        """Ask the process's flusher for a look once the interval is up (called holding `_cv`)."""
-        if self._flusher is None:
-            self._flusher = trailing_flusher()
-        self._scheduled = True
-        self._flusher.at(time.monotonic() + max(0.0, wait), self)
+    def _ask(self) -> None:
+        """Ask the process's writer for a write (called holding `_cv`)."""
+        if self._writer is None:
+            self._writer = live_writer(self._client, interval=FLUSH_SECONDS)
+        self._asked = True
+        self._writer.ask(self)
 
-    def flush_due(self) -> None:
-        """The flusher's look: write what a burst left buffered once its interval is up (the trailing edge)."""
+    # -- for the writer (it holds the fence's lock) ---------------------------------------------------
+
+    def take(self) -> Batch | None:
         with self._cv:
-            self._scheduled = False
-            if self._closed or not self._pending:
-                return  # closed, or a write of the unit's own took it all since it asked
-            wait = self._last_flush + FLUSH_SECONDS - self._clock()
-            if wait > 0:  # a write of the unit's own came since it asked, and more text after it
-                self._schedule(wait)
-                return
-        try:
-            self._fence.commit(Batch())
-        except (LeaseLost, redis.RedisError) as err:
-            # The execution's own next write meets the same error and settles accordingly.
-            log.debug("live text not written: %s", err)
+            self._asked = False
+            if self._closed:
+                return None
+        return self._take() or None
+
+    def again(self) -> None:
+        with self._cv:
+            if not self._closed:
+                self._ask()
 
 
 def _marks(raw: Mapping[bytes | str, bytes | str]) -> dict[str, dict[str, int]]:
