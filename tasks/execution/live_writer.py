@@ -64,6 +64,7 @@ class LiveWriter:
         held: list[Fence] = []
         pipe = self._client.pipeline(transaction=False)
         written: list[Buffered] = []
+        scripts: dict[str, Any] = {}
         try:
             for unit in units:
                 lock = _lock(unit.fence)
@@ -73,7 +74,7 @@ class LiveWriter:
                 held.append(unit.fence)
                 batch = unit.take()
                 if batch:
-                    _queue(unit.fence, batch, pipe)
+                    _queue(unit.fence, batch, pipe, scripts)
                     written.append(unit)
             if not written:
                 return
@@ -111,9 +112,12 @@ def _lock(fence: Fence) -> Any:
     return fence._lock
 
 
-def _queue(fence: Fence, batch: Batch, pipe: redis.client.Pipeline) -> None:
+def _queue(fence: Fence, batch: Batch, pipe: redis.client.Pipeline, scripts: dict[str, Any]) -> None:
     keys, args = [fence._lease_key, *batch.keys], [fence._token, json.dumps(batch.ops)]
-    fence._script(keys=keys, args=args, client=pipe)
+    # Every fence registers the same script: one object for the round, so the pipeline checks it exists (SCRIPT
+    # EXISTS, before the round's commands) once, not once per unit.
+    script = scripts.setdefault(fence._script.sha, fence._script)
+    script(keys=keys, args=args, client=pipe)
 
 
 _writers: dict[tuple[int, int], LiveWriter] = {}

@@ -34,11 +34,20 @@ class _Rounds(LiveWriter):
         super().__init__(r, interval=FLUSH_SECONDS)
         self.asked = threading.Event()
         self.pipelines = 0
+        self.scripts_checked: list[int] = []  # scripts the pipeline made sure of (SCRIPT EXISTS), per round
         real = r.pipeline
 
         def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
             self.pipelines += 1
-            return real(*args, **kwargs)
+            pipe = real(*args, **kwargs)
+            load = pipe.load_scripts
+
+            def checked() -> None:
+                self.scripts_checked.append(len(pipe.scripts))
+                load()
+
+            pipe.load_scripts = checked
+            return pipe
 
         r.pipeline = counted  # type: ignore[method-assign]
 
@@ -61,7 +70,8 @@ def _texts(r: fakeredis.FakeRedis, n: int) -> list[str]:
 
 
 def test_one_round_writes_every_units_buffer_in_one_round_trip():
-    """Twenty units' buffered deltas (two each, coalesced) go out in one pipeline; nothing is written before."""
+    """Twenty units' buffered deltas (two each, coalesced) go out in one pipeline, whose one script is checked once
+    (not once per unit's fence); nothing is written before the round."""
     r = fakeredis.FakeRedis()
     writer = _Rounds(r)
     units = [_unit(r, n, writer) for n in range(20)]
@@ -70,7 +80,7 @@ def test_one_round_writes_every_units_buffer_in_one_round_trip():
         live.text("m1", 1, "b")
     assert all(_texts(r, n) == [] for n in range(20))
     writer.write_round()
-    assert writer.pipelines == 1
+    assert writer.pipelines == 1 and writer.scripts_checked == [1]
     assert all(_texts(r, n) == ["ab"] for n in range(20))
     assert not any(fence.committed.is_set() for _, fence in units)
 
