@@ -1,8 +1,10 @@
 """Live text in Redis: a model step's text deltas, batched into the unit's event stream as they stream.
 
-Deltas are buffered and written at most every `FLUSH_SECONDS` (or sooner past `FLUSH_CHARS`), never
-per token. They go out through the unit's `Fence` as its prelude, so every event the execution writes
-is preceded in the stream by all text streamed before it, and a stale holder publishes no text at all.
+Deltas are buffered and written about every `FLUSH_SECONDS`, never per token: by the process's one
+`LiveWriter`, all its streaming units' text in one round trip (or by the streaming thread itself past
+`FLUSH_CHARS`, and by any commit of the unit's own, which takes the buffer with it). They go out under
+the unit's `Fence`, as its prelude or under its lock, so every event the execution writes is preceded in
+the stream by all text streamed before it, and a stale holder publishes no text at all.
 Which attempts of a step streamed text, and which were discarded since, is kept per generation in
 `keys.live`, so an execution after a drain or a lost worker numbers its attempts on and voids the
 text a dead worker left behind.
@@ -11,20 +13,16 @@ text a dead worker left behind.
 from __future__ import annotations
 
 import json
-import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import redis
 
-from agent.errors import LeaseLost
 from agent.events import TEXT_DELTA, encode_event
 from agent.live import StepStart
+from tasks.execution.live_writer import LiveWriter, live_writer
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
-
-log = logging.getLogger("baton.live")
 
 FLUSH_SECONDS = 0.05
 FLUSH_CHARS = 400
@@ -42,17 +40,16 @@ class RedisLiveText:
         owner_id: str,
         unit_id: str,
         generation: int,
-        clock: Callable[[], float] = time.monotonic,
         loaded: Mapping[bytes | str, bytes | str] | None = None,
+        writer: LiveWriter | None = None,
     ) -> None:
         """`loaded`: the attempt marks as already read (with the lease, in the same round trip); else read lazily."""
         self._client = client
-        self._fence = fence
+        self.fence = fence
         self._owner_id = owner_id
         self._unit_id = unit_id
         self._key = keys.live(owner_id, unit_id, generation)
         self._events_key = keys.events(owner_id)
-        self._clock = clock
         self._cv = threading.Condition()
         self._pending: list[tuple[str, int, str]] = []  # (message id, attempt, text), coalesced per attempt
         self._pending_chars = 0
@@ -62,9 +59,9 @@ class RedisLiveText:
             self._attempts = _marks(loaded)
         self._dirty: set[str] = set()
         self._in_flight: tuple[str, int] | None = None
-        self._last_flush = float("-inf")
         self._closed = False
-        self._flusher: threading.Thread | None = None
+        self._writer = writer
+        self._asked = False  # a write is asked of the writer and not yet made
         fence.prelude = self._take
 
     # -- agent.live.LiveText -----------------------------------------------------------------------
@@ -90,12 +87,11 @@ class RedisLiveText:
             else:
                 self._pending.append((message_id, attempt, text))
             self._pending_chars += len(text)
-            due = self._pending_chars >= FLUSH_CHARS or self._clock() - self._last_flush >= FLUSH_SECONDS
-            if not due:
-                self._ensure_flusher()
-                self._cv.notify()
+            due = self._pending_chars >= FLUSH_CHARS
+            if not due and not self._asked:
+                self._ask()
         if due:
-            self._fence.commit(Batch())
+            self.fence.commit(Batch())
 
     def discarded(self, message_id: str, attempt: int) -> None:
         with self._cv:
@@ -122,10 +118,9 @@ class RedisLiveText:
         return cut
 
     def close(self) -> None:
-        """Stop the flusher; text still buffered goes out with the next commit (the settle's)."""
+        """No more writes by the writer; text still buffered goes out with the next commit (the settle's)."""
         with self._cv:
             self._closed = True
-            self._cv.notify()
 
     # -- the buffer ----------------------------------------------------------------------------------
 
@@ -146,34 +141,31 @@ class RedisLiveText:
             if self._dirty and self._attempts is not None:
                 marks = {m: json.dumps(self._attempts[m]) for m in sorted(self._dirty)}
                 batch.hset(self._key, marks, raw=True).add("PEXPIRE", self._key, str(LIVE_RETENTION_MS))
-            if self._pending:
-                self._last_flush = self._clock()
             self._pending.clear()
             self._pending_chars = 0
             self._dirty.clear()
         return batch
 
-    def _ensure_flusher(self) -> None:
-        if self._flusher is None:
-            self._flusher = threading.Thread(target=self._flush_loop, name="baton-live-text", daemon=True)
-            self._flusher.start()
+    def _ask(self) -> None:
+        """Ask the process's writer for a write (called holding `_cv`)."""
+        if self._writer is None:
+            self._writer = live_writer(self._client, interval=FLUSH_SECONDS)
+        self._asked = True
+        self._writer.ask(self)
 
-    def _flush_loop(self) -> None:
-        """Writes what a burst left buffered once its interval is up (the trailing edge of the batching)."""
-        while True:
-            with self._cv:
-                while not self._closed:
-                    wait = self._last_flush + FLUSH_SECONDS - self._clock()
-                    if self._pending and wait <= 0:
-                        break
-                    self._cv.wait(wait if self._pending else None)
-                if self._closed:
-                    return
-            try:
-                self._fence.commit(Batch())
-            except (LeaseLost, redis.RedisError) as err:
-                # The execution's own next write meets the same error and settles accordingly.
-                log.debug("live text not written: %s", err)
+    # -- for the writer (it holds the fence's lock) ---------------------------------------------------
+
+    def take(self) -> Batch | None:
+        with self._cv:
+            self._asked = False
+            if self._closed:
+                return None
+        return self._take() or None
+
+    def again(self) -> None:
+        with self._cv:
+            if not self._closed:
+                self._ask()
 
 
 def _marks(raw: Mapping[bytes | str, bytes | str]) -> dict[str, dict[str, int]]:

@@ -48,8 +48,14 @@ def units_per_process(pool_module: str, concurrency: int) -> int:
     return concurrency if any(name in pool_module for name in SHARED_PROCESS_POOLS) else 1
 
 
+# Streams in flight per SDK client (one HTTP connection pool each) in a process that runs many units at once.
+STREAMS_PER_PROVIDER_CLIENT = 32
+_units = [1]  # units this process runs at once (`size_pools`)
+
+
 def size_pools(units: int) -> None:
     """Size this process's store connection pools for `units` executions at once (before the first client)."""
+    _units[0] = max(1, units)
     connect.size_pool(units)
     redis_client.cache_clear()
 
@@ -83,10 +89,12 @@ _providers_lock = threading.Lock()
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     """The provider of an execution: the Anthropic one is built once per process and shared by its executions.
 
-    One `anthropic.Anthropic` per process means one HTTP connection pool, so a turn does not pay for a new
-    client, a new pool and a new TCP/TLS handshake with the provider. It is keyed by pid so a forked pool
-    child never shares its parent's sockets: each builds its own on first use, after the fork. The SDK's
-    client is safe to share between threads; the provider keeps no per-call state.
+    One provider per process, its SDK clients shared by the executions, so a turn does not pay for a new
+    client, a new pool and a new TCP/TLS handshake with the provider: one client at prefork's one unit per
+    process, one per `STREAMS_PER_PROVIDER_CLIENT` units at a threads pool's hundreds (`AnthropicProvider`
+    says why). It is keyed by pid so a forked pool child never shares its parent's sockets: each builds its
+    own on first use, after the fork. The SDK's client is safe to share between threads; the provider keeps
+    no per-call state.
     """
     if settings.provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
@@ -96,7 +104,8 @@ def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     with _providers_lock:
         provider = _providers.get(key)
         if provider is None:
-            provider = _providers[key] = AnthropicProvider(idle_timeout=settings.stream_idle_timeout)
+            shards = -(-_units[0] // STREAMS_PER_PROVIDER_CLIENT)
+            provider = _providers[key] = AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=shards)
     return provider
 
 

@@ -180,6 +180,9 @@ def size_connection_pools(worker: Any) -> None:
     wiring.size_pools(units)
     if units > 1:
         app.conf.redis_max_connections = max(app.conf.redis_max_connections or 0, connect.pool_size())
+        # One result backend (one client, one pool) for all the process's units, not one built per pool thread
+        # on its first task: each built a client and a pool, and read redis-py's version from its metadata.
+        app.conf.result_backend_thread_safe = True
         if broker_kind(settings.broker) != "amqp":
             # kombu's Redis channel opens at most 10 connections: on gevent, concurrent acks failed past them
             # ("Couldn't ack ... MaxConnectionsError"), leaving the messages to come back after the visibility timeout.

@@ -99,3 +99,20 @@ def test_the_sentinel_store_pool_blocks_too():
     assert isinstance(pool, connect.BlockingSentinelPool) and pool.service_name == "baton"
     assert pool.max_connections == 40
     assert type(pool).get_connection is redis.BlockingConnectionPool.get_connection
+
+
+def test_a_threads_worker_shares_one_result_backend_between_its_pool_threads(sized, monkeypatch):
+    """Celery builds a result backend (a client and a pool) per thread unless told it is thread-safe: at a
+    threads pool's hundreds of threads, each paid for its own on its first task."""
+    from tasks.app import app
+    from tasks.runtime import drain
+
+    monkeypatch.setitem(app.conf, "result_backend_thread_safe", False)
+    monkeypatch.setattr(app, "_backend_cache", None)
+    drain.size_connection_pools(SimpleNamespace(concurrency=300, pool_cls="threads"))
+    seen: list[object] = []
+    for _ in range(2):  # one after the other: two first uses at once may each build one (harmless, untested)
+        pool_thread = threading.Thread(target=lambda: seen.append(app.backend))
+        pool_thread.start()
+        pool_thread.join()
+    assert seen[0] is seen[1]

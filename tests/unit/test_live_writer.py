@@ -1,0 +1,149 @@
+"""Live text's writer: every streaming unit's buffered text, written by the process's one thread in one round trip."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import fakeredis
+import pytest
+
+from tasks.execution.live import FLUSH_CHARS, FLUSH_SECONDS, RedisLiveText
+from tasks.execution.live_writer import LiveWriter
+from tasks.store import keys
+from tasks.store.fenced import Batch, Fence
+
+
+class _Committed(Fence):
+    """A real fence over fakeredis that says when a commit of the unit's own was made."""
+
+    def __init__(self, r: fakeredis.FakeRedis, lease_key: str) -> None:
+        super().__init__(r, lease_key, "tok")
+        self.committed = threading.Event()
+
+    def commit(self, batch: Batch, **kwargs):  # type: ignore[no-untyped-def, override]
+        replies = super().commit(batch, **kwargs)
+        self.committed.set()
+        return replies
+
+
+class _Rounds(LiveWriter):
+    """A writer whose rounds are made by the test (no thread), counting the round trips they cost."""
+
+    def __init__(self, r: fakeredis.FakeRedis) -> None:
+        super().__init__(r, interval=FLUSH_SECONDS)
+        self.asked = threading.Event()
+        self.pipelines = 0
+        self.scripts_checked: list[int] = []  # scripts the pipeline made sure of (SCRIPT EXISTS), per round
+        real = r.pipeline
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.pipelines += 1
+            pipe = real(*args, **kwargs)
+            load = pipe.load_scripts
+
+            def checked() -> None:
+                self.scripts_checked.append(len(pipe.scripts))
+                load()
+
+            pipe.load_scripts = checked
+            return pipe
+
+        r.pipeline = counted  # type: ignore[method-assign]
+
+    def ask(self, unit) -> None:  # type: ignore[no-untyped-def, override]
+        with self._cv:
+            self._asked[id(unit)] = unit
+        self.asked.set()
+
+
+def _unit(r: fakeredis.FakeRedis, n: int, writer: LiveWriter | None = None) -> tuple[RedisLiveText, _Committed]:
+    owner = keys.owner("chat", f"c{n}")
+    r.set(keys.lease(owner), "tok")
+    fence = _Committed(r, keys.lease(owner))
+    return RedisLiveText(r, fence, owner_id=owner, unit_id=f"t{n}", generation=1, loaded={}, writer=writer), fence
+
+
+def _texts(r: fakeredis.FakeRedis, n: int) -> list[str]:
+    entries = r.xrange(keys.events(keys.owner("chat", f"c{n}")))
+    return [json.loads(fields[b"e"])["text"] for _, fields in entries]
+
+
+def test_one_round_writes_every_units_buffer_in_one_round_trip():
+    """Twenty units' buffered deltas (two each, coalesced) go out in one pipeline, whose one script is checked once
+    (not once per unit's fence); nothing is written before the round."""
+    r = fakeredis.FakeRedis()
+    writer = _Rounds(r)
+    units = [_unit(r, n, writer) for n in range(20)]
+    for live, _ in units:
+        live.text("m1", 1, "a")
+        live.text("m1", 1, "b")
+    assert all(_texts(r, n) == [] for n in range(20))
+    writer.write_round()
+    assert writer.pipelines == 1 and writer.scripts_checked == [1]
+    assert all(_texts(r, n) == ["ab"] for n in range(20))
+    assert not any(fence.committed.is_set() for _, fence in units)
+
+
+def test_a_unit_writing_itself_is_left_to_its_own_write_and_asked_again():
+    """A unit whose fence is busy is skipped, not waited for, and is in the next round."""
+    r = fakeredis.FakeRedis()
+    writer = _Rounds(r)
+    live, fence = _unit(r, 0, writer)
+    live.text("m1", 1, "a")
+    with fence._lock:
+        writer.write_round()
+    assert _texts(r, 0) == []
+    writer.write_round()
+    assert _texts(r, 0) == ["a"]
+
+
+def test_a_closed_unit_gets_no_write_from_the_writer():
+    """After `close` the writer writes nothing for the unit: the settle's own commit takes the buffered text."""
+    r = fakeredis.FakeRedis()
+    writer = _Rounds(r)
+    live, _ = _unit(r, 0, writer)
+    live.text("m1", 1, "a")
+    live.close()
+    writer.write_round()
+    assert _texts(r, 0) == []
+
+
+def test_text_past_the_size_bound_is_written_by_the_streaming_thread():
+    """A burst past FLUSH_CHARS does not wait for the writer."""
+    r = fakeredis.FakeRedis()
+    live, fence = _unit(r, 0, _Rounds(r))
+    live.text("m1", 1, "x" * FLUSH_CHARS)
+    assert fence.committed.is_set() and _texts(r, 0) == ["x" * FLUSH_CHARS]
+
+
+def test_a_lost_lease_writes_nothing_and_spares_the_others():
+    """A stale holder's buffered text is not published; the other units of the round are."""
+    r = fakeredis.FakeRedis()
+    writer = _Rounds(r)
+    stale, _ = _unit(r, 0, writer)
+    live, _ = _unit(r, 1, writer)
+    r.set(keys.lease(keys.owner("chat", "c0")), "someone-else")
+    stale.text("m1", 1, "old")
+    live.text("m1", 1, "new")
+    writer.write_round()
+    assert _texts(r, 0) == [] and _texts(r, 1) == ["new"]
+
+
+@pytest.mark.timeout(30)
+def test_many_streaming_units_share_one_thread():
+    """Fifty units with text buffered start one thread between them (they started one each), which writes it."""
+    r = fakeredis.FakeRedis()
+    writer = LiveWriter(r, interval=FLUSH_SECONDS)
+    before = threading.active_count()
+    units = [_unit(r, n, writer) for n in range(50)]
+    for live, _ in units:
+        live.text("m1", 1, "a")
+        live.text("m1", 1, "b")
+    assert threading.active_count() - before <= 1
+    last = 0
+    while last != 50:  # each round writes what was asked; wait on the stream, not on a clock
+        found = r.xread({keys.events(keys.owner("chat", f"c{last}")): "0-0"}, block=5000)
+        assert found, "the writer wrote nothing"
+        last += 1
+    assert all(_texts(r, n) == ["ab"] for n in range(50))
