@@ -166,13 +166,25 @@ class Fence:
         self._token = token
         self._script = registered(client, _FENCED)
         self._lock = threading.Lock()
+        self._held: Batch | None = None
         self.prelude: Callable[[], Batch] | None = None
+
+    def hold(self, batch: Batch) -> None:
+        """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
+        write), not on its own: for a write whose next one follows with no I/O between. A commit that fails
+        ends the execution (a store error goes up, a lost lease stops it), so nothing held is sent twice."""
+        if any(op[0].startswith("=") for op in batch.ops):
+            raise ValueError("a held batch has no reads: their replies would go to the next commit's caller")
+        with self._lock:
+            self._held = batch if self._held is None else Batch().extend(self._held).extend(batch)
 
     def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
         """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
         `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
         `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
         with self._lock:
+            if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
+                batch, self._held = Batch().extend(self._held).extend(batch), None
             if self.prelude is not None:
                 batch = self.prelude().extend(batch)
             if not batch:
