@@ -183,7 +183,8 @@ def model_step(
     if config.driver is Driver.CODING_RUN:
         step = {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses], "usage": usage.as_dict()}
         events.insert(0, ("run.step", step))
-    edge.record(step_id, record, events)
+    # An answer without tool calls ends the loop: the unit's settle follows, and may carry this step's write.
+    edge.record(step_id, record, events, last=not answer.tool_uses)
     return answer
 
 

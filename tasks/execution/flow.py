@@ -22,6 +22,7 @@ from agent.failures import classify
 from agent.loop import run_loop
 from agent.messages import (
     RESUMED_NOTICE,
+    Message,
     dump_message,
     notice,
     user_text,
@@ -38,13 +39,13 @@ from tasks.execution.settling import Outcome, Settling, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
 from tasks.store.failover import behind_sentinel, replication_id
-from tasks.store.fenced import Batch, Fence
+from tasks.store.fenced import Batch, Fence, fill
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
 from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import text_or_none
-from tasks.store.take import Taken, take
+from tasks.store.take import HISTORY_LEN, TEXT, Taken, take
 
 log = logging.getLogger("baton.execution")
 
@@ -62,6 +63,7 @@ class Loaded:
     journal: dict[bytes | str, bytes | str]
     live: dict[bytes | str, bytes | str]
     transcript: list[bytes | str]
+    started: bool = False  # `take` wrote the start already
 
 
 class Execution(Settling):
@@ -86,11 +88,24 @@ class Execution(Settling):
         lease = Lease(
             client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        # One round trip for the record, the chat's queue head, the lease and what the execution starts from.
+        # Behind Sentinel, where the store can fail over under this execution: read now (before `take` may
+        # write the start), compared at the settle.
+        self.replication_id = replication_id(client) if behind_sentinel(client) else None
+        # One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
+        # (the common case, a unit's first start) the start itself.
         taken = take(
-            client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, check_head=chat
+            client,
+            lease,
+            owner_id=unit.owner_id,
+            unit_id=unit.unit_id,
+            hostname=self.hostname,
+            check_head=chat,
+            start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
         )
         rec = UnitRecord.from_hash(taken.record)
+        if rec is not None and taken.started:
+            rec.history_len = len(taken.transcript or [])  # the script pushed the user's message: it ends them
+            self._running(rec)
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -128,8 +143,6 @@ class Execution(Settling):
             lease.release()
             return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
         self.fence = Fence(client, lease.key, lease.token)
-        # Behind Sentinel, where the store can fail over under this execution: read now, compared at the settle.
-        self.replication_id = replication_id(client) if behind_sentinel(client) else None
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )
@@ -191,47 +204,19 @@ class Execution(Settling):
         """What `take` read with the lease, and a started generation's journal and live marks (read after it)."""
         journal: dict[bytes | str, bytes | str] = {}
         live: dict[bytes | str, bytes | str] = {}
-        if rec.history_len >= 0:
-            # Only a generation whose start was committed can have journaled steps or streamed text.
+        if rec.history_len >= 0 and not taken.started:
+            # Only a generation whose start was committed before can have journaled steps or streamed text.
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(keys.journal(self.unit.owner_id, self.unit.unit_id, rec.generation))
             pipe.hgetall(keys.live(self.unit.owner_id, self.unit.unit_id, rec.generation))
             journal, live = pipe.execute()
-        return Loaded(taken.stop, taken.draining, journal, live, taken.transcript or [])
+        return Loaded(taken.stop, taken.draining, journal, live, taken.transcript or [], taken.started)
 
     def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
         unit, settings = self.unit, self.settings
-        now = time.time()
-        start = Batch()
         history = parse_transcript(loaded.transcript)
-        if rec.history_len < 0:
-            length = len(loaded.transcript)
-            if rec.generation == 0:
-                raw = dump_message(user_text(rec.text, unit.unit_id))
-                start.add("RPUSH", keys.transcript(unit.owner_id), raw)
-                history += parse_transcript([raw])
-                length += 1
-            rec.history_len = length
-            self._event(start, f"{unit.event_prefix}.started", {"generation": rec.generation})
-        elif rec.waiting_reason == "platform_interrupt":
-            self._event(
-                start,
-                f"{unit.event_prefix}.resumed" if unit.driver is Driver.CODING_RUN else "turn.started",
-                {"after_interruptions": rec.interruptions},
-            )
-        rec.status, rec.waiting_reason, rec.task_id = "running", None, self.task_id or rec.task_id
-        start.hset(
-            unit.record_key,
-            {
-                "status": "running",
-                "waiting_reason": None,
-                "history_len": rec.history_len,
-                "task_id": rec.task_id,
-                "updated_at": now,
-            },
-        )
-        start.add("ZADD", keys.ACTIVE, str(now), unit.owner_id)  # alive, for the lost-worker sweep
-        self.fence.commit(start)
+        if not loaded.started:
+            self._start(rec, loaded, history)
         journal = RedisJournal(
             self.client,
             self.fence,
@@ -283,6 +268,49 @@ class Execution(Settling):
         except AwaitingApproval as waiting:
             return self._park(rec, state, waiting.pending)
         return self._settle(rec, state, "completed", None)
+
+    def _first_start(self, text: str, history_len: int | str, now: float) -> Batch:
+        """What a unit's first start writes: the user's message, `*.started`, the record running with its
+        history_len, and its entry for the lost-worker sweep (`take` writes it with the lease when it can)."""
+        unit = self.unit
+        batch = Batch().add("RPUSH", keys.transcript(unit.owner_id), dump_message(user_text(text, unit.unit_id)))
+        self._event(batch, f"{unit.event_prefix}.started", {"generation": 0})
+        return self._running_fields(batch, history_len, now)
+
+    def _running_fields(self, batch: Batch, history_len: int | str, now: float) -> Batch:
+        fields: dict[str, object] = {"status": "running", "waiting_reason": None, "history_len": history_len}
+        if self.task_id:  # else the record keeps the task id it has
+            fields["task_id"] = self.task_id
+        batch.hset(self.unit.record_key, {**fields, "updated_at": now})
+        batch.add("ZADD", keys.ACTIVE, str(now), self.unit.owner_id)  # alive, for the lost-worker sweep
+        return batch
+
+    def _running(self, rec: UnitRecord) -> None:
+        """The record as the start left it."""
+        rec.status, rec.waiting_reason, rec.task_id = "running", None, self.task_id or rec.task_id
+
+    def _start(self, rec: UnitRecord, loaded: Loaded, history: list[Message]) -> None:
+        """Start an execution `take` did not start: a later generation, a resume after a drain, a draining
+        worker's, or one whose text the script could not place (see tasks/store/take.py)."""
+        unit, now = self.unit, time.time()
+        if rec.history_len < 0 and rec.generation == 0:
+            rec.history_len = len(loaded.transcript) + 1
+            start = self._first_start(rec.text, rec.history_len, now)
+            history.append(user_text(rec.text, unit.unit_id))
+        else:
+            start = Batch()
+            if rec.history_len < 0:
+                rec.history_len = len(loaded.transcript)
+                self._event(start, f"{unit.event_prefix}.started", {"generation": rec.generation})
+            elif rec.waiting_reason == "platform_interrupt":
+                self._event(
+                    start,
+                    f"{unit.event_prefix}.resumed" if unit.driver is Driver.CODING_RUN else "turn.started",
+                    {"after_interruptions": rec.interruptions},
+                )
+            self._running_fields(start, rec.history_len, now)
+        self._running(rec)
+        self.fence.commit(start)
 
     def _config(self, rec: UnitRecord) -> LoopConfig:
         settings, unit = self.settings, self.unit

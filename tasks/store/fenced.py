@@ -8,45 +8,97 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 from agent.errors import LeaseLost
 
-# KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] a JSON list of [command, key index, args...].
-# One command is Baton's own: DELIFEQ key value... deletes the key if it holds one of the values (a stop
-# flag naming this unit), so that check costs no round trip of its own. A command written `=COMMAND` is a
-# read whose reply comes back (after the 1 that says the write was made), so a read that must follow the
-# write costs no round trip of its own either.
-_FENCED = """
+# Runs a batch's ops (a JSON list of [command, key index, args...]) after the script's own checks: an op's key is
+# KEYS[index + base]. One command is Baton's own: DELIFEQ key value... deletes the key if it holds one of the
+# values (a stop flag naming this unit), so that check costs no round trip of its own. A command written
+# `=COMMAND` is a read whose reply is appended to `out`, so a read that must follow the write costs no round trip
+# of its own either. With `fills` (JSON literal of a `fill` marker -> JSON value, or a function giving it when
+# first needed), every occurrence of a marker in an argument is replaced by its value before the command runs.
+RUN_OPS = """
+local function filled(arg, fills)
+  for mark, value in pairs(fills) do
+    local at = string.find(arg, mark, 1, true)
+    while at do
+      if type(value) == 'function' then
+        value = value()
+        fills[mark] = value
+      end
+      arg = string.sub(arg, 1, at - 1) .. value .. string.sub(arg, at + #mark)
+      at = string.find(arg, mark, at + #value, true)
+    end
+  end
+  return arg
+end
+local function run_ops(ops, base, out, fills)
+  for _, op in ipairs(ops) do
+    local args = {}
+    for i = 3, #op do
+      if fills then args[#args + 1] = filled(op[i], fills) else args[#args + 1] = op[i] end
+    end
+    local key = KEYS[op[2] + base]
+    if op[1] == 'DELIFEQ' then
+      local value = redis.call('GET', key)
+      for _, wanted in ipairs(args) do
+        if value == wanted then
+          redis.call('DEL', key)
+          break
+        end
+      end
+    elseif string.sub(op[1], 1, 1) == '=' then
+      out[#out + 1] = redis.call(string.sub(op[1], 2), key, unpack(args))
+    else
+      redis.call(op[1], key, unpack(args))
+    end
+  end
+  return out
+end
+"""
+
+# KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] the batch's ops. The reply: 0 (not our lease), or 1
+# followed by the replies of the batch's reads.
+_FENCED = RUN_OPS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local out = {1}
-local ops = cjson.decode(ARGV[2])
-for _, op in ipairs(ops) do
-  local args = {}
-  for i = 3, #op do args[#args + 1] = op[i] end
-  if op[1] == 'DELIFEQ' then
-    local value = redis.call('GET', KEYS[op[2]])
-    for _, wanted in ipairs(args) do
-      if value == wanted then
-        redis.call('DEL', KEYS[op[2]])
-        break
-      end
-    end
-  elseif string.sub(op[1], 1, 1) == '=' then
-    out[#out + 1] = redis.call(string.sub(op[1], 2), KEYS[op[2]], unpack(args))
-  else
-    redis.call(op[1], KEYS[op[2]], unpack(args))
-  end
-end
-return out
+return run_ops(cjson.decode(ARGV[2]), 0, {1}, nil)
 """
 
 EVENTS_MAXLEN = 10_000
+
+_registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+def registered(client: redis.Redis, source: str) -> Script:
+    """`client.register_script(source)` made once per client and script (each registration hashes the script
+    and builds an object; the pooled client lives as long as its process)."""
+    scripts = _registered.get(client)
+    if scripts is None:
+        scripts = _registered.setdefault(client, {})
+    script = scripts.get(source)
+    if script is None:
+        script = scripts.setdefault(source, client.register_script(source))
+    return script
+
+
+def fill(name: str) -> str:
+    """A value left for the script that writes the batch to fill in, where Python cannot know it yet (the
+    record's text, read in the same script). Put it where the value goes: JSON encoding turns it into a
+    literal (`fill_mark`) the script replaces by the value's JSON, so the format stays the Python encoder's."""
+    return f"\x00baton:{name}\x00"
+
+
+def fill_mark(name: str) -> str:
+    """How `fill(name)` reads once JSON-encoded (the same for `json.dumps` and pydantic): what the script replaces."""
+    return json.dumps(fill(name))
 
 
 class Batch:
@@ -92,6 +144,10 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.ops)
 
+    def ops_json(self) -> str:
+        """The ops as `RUN_OPS` takes them: pass `keys` after the script's own n keys, and base n - 1."""
+        return json.dumps(self.ops)
+
 
 class ReplicationUnconfirmed(Exception):
     """A write the store's replicas did not confirm in time: a failover now could lose it."""
@@ -108,20 +164,32 @@ class Fence:
         self._client = client
         self._lease_key = lease_key
         self._token = token
-        self._script = client.register_script(_FENCED)
+        self._script = registered(client, _FENCED)
         self._lock = threading.Lock()
+        self._held: Batch | None = None
         self.prelude: Callable[[], Batch] | None = None
+
+    def hold(self, batch: Batch) -> None:
+        """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
+        write), not on its own: for a write whose next one follows with no I/O between. A commit that fails
+        ends the execution (a store error goes up, a lost lease stops it), so nothing held is sent twice."""
+        if any(op[0].startswith("=") for op in batch.ops):
+            raise ValueError("a held batch has no reads: their replies would go to the next commit's caller")
+        with self._lock:
+            self._held = batch if self._held is None else Batch().extend(self._held).extend(batch)
 
     def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
         """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
         `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
         `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
         with self._lock:
+            if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
+                batch, self._held = Batch().extend(self._held).extend(batch), None
             if self.prelude is not None:
                 batch = self.prelude().extend(batch)
             if not batch:
                 return []
-            keys, args = [self._lease_key, *batch.keys], [self._token, json.dumps(batch.ops)]
+            keys, args = [self._lease_key, *batch.keys], [self._token, batch.ops_json()]
             acked = replicas
             if not replicas:
                 reply = self._script(keys=keys, args=args)

@@ -63,7 +63,13 @@ class RedisJournal:
     def recorded(self, step_id: str) -> dict[str, Any] | None:
         return self.steps.get(step_id)
 
-    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft]) -> None:
+    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False) -> None:
+        """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`).
+
+        Holding it widens no window: the settle follows with no I/O between (behind Sentinel it reads the
+        replication id first, so there the step is written at once), and a crash before the joint write re-asks
+        the model exactly as a crash before the step's own write would have; after it, the unit is settled.
+        """
         batch = (
             Batch()
             .hset(self.key, {step_id: json.dumps(record)}, raw=True)
@@ -83,6 +89,8 @@ class RedisJournal:
                     f"the write tool {record.get('name')!r} was not run: {err}, so a failover could lose its "
                     "write-ahead entry and a replay run it twice"
                 ) from None
+        elif last and not self.confirm_replicas:
+            self._fence.hold(batch)
         else:
             self._fence.commit(batch)
         if record.get("status") == "done" and step_id != "seed":

@@ -8,6 +8,7 @@ import uuid
 
 import redis
 
+from tasks.store.fenced import registered
 from tasks.store.replies import text_or_none
 
 _RENEW = """
@@ -47,8 +48,8 @@ class Lease:
         self.key = key
         self.token = token
         self.ttl_ms = int(ttl * 1000)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
+        self._renew = registered(client, _RENEW)
+        self._release = registered(client, _RELEASE)
 
     def acquire(self) -> bool:
         return bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))

@@ -1,9 +1,18 @@
-"""An execution's first round trip: its record, and when it may run, its lease and what it starts from.
+"""An execution's first round trip: its record, and when it may run, its lease, what it starts from, and the start.
 
 One script: the record is read; a finished unit, or a chat turn not at its queue's head, stops there; otherwise
 the lease is taken (SET NX) and, when it was, the stop and drain flags and the transcript are read after it
 (so they see every write of the previous holder, whose writes were fenced). Before this, the same came in two
 round trips: the record with the queue's head, then the lease with the reads.
+
+A unit's first start (generation 0, not started: the common case) is written in the same script, right after
+the lease is taken: the caller's `start` batch (the user's message, `*.started`, the record running) with the
+record's text and the transcript's length filled in (`fenced.fill`), so a crash leaves either nothing of the
+execution or its lease with the start, as a crash after a separate start write would. The batch is built by
+the same Python code as any other start, so the message and event formats have one source; the script only
+puts the record's stored text (a JSON string literal) where the message's text goes, and only when that literal
+is exactly what the message's encoder writes (no `\\u` escape: Python's and pydantic's encoders differ there).
+Any other case (a retry, a resume, a draining worker, an escaped text) is started by the caller as before.
 """
 
 from __future__ import annotations
@@ -13,17 +22,25 @@ from dataclasses import dataclass
 import redis
 
 from tasks.store import keys
+from tasks.store.fenced import RUN_OPS, Batch, fill_mark, registered
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
 
-# KEYS: record, queue, lease, stop, drain, transcript. ARGV: unit id, token, ttl ms, "1" to check the head.
+TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to the script (`fenced.fill`)
+
+# KEYS: record, queue, lease, stop, drain, transcript, then the start batch's keys. ARGV: unit id, token, ttl ms,
+# "1" to check the head, the start batch's ops ("" for none), the marks of TEXT and HISTORY_LEN.
 # Replies: {record} (missing or finished), {record, head} (not the head), {record, head, 0} (lease held),
-# {record, head, 1, stop, draining, transcript}. A nil head (not checked, or an empty queue) comes as false.
-_TAKE = """
+# {record, head, 1, stop, draining, transcript, started}. A nil head (not checked, or an empty queue) comes as false.
+_TAKE = RUN_OPS + """
 local rec = redis.call('HGETALL', KEYS[1])
-local status, history_len = nil, '-1'
+local status, history_len, generation, text = nil, '-1', '0', nil
 for i = 1, #rec, 2 do
-  if rec[i] == 'status' then status = rec[i + 1] elseif rec[i] == 'history_len' then history_len = rec[i + 1] end
+  local field = rec[i]
+  if field == 'status' then status = rec[i + 1]
+  elseif field == 'history_len' then history_len = rec[i + 1]
+  elseif field == 'generation' then generation = rec[i + 1]
+  elseif field == 'text' then text = rec[i + 1] end
 end
 if #rec == 0 or status == '"completed"' or status == '"failed"' or status == '"stopped"' then
   return {rec}
@@ -37,16 +54,29 @@ if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
   return {rec, head, 0}
 end
 local hl = tonumber(history_len) or -1
+local stop, draining = redis.call('GET', KEYS[4]), redis.call('EXISTS', KEYS[5])
+local started = 0
+if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and text ~= nil
+   and #text >= 2 and string.sub(text, 1, 1) == '"' and string.sub(text, -1) == '"'
+   and not string.find(text, '\\\\u', 1, true) then
+  local fills = {}
+  fills[ARGV[6]] = text
+  fills[ARGV[7]] = function() return tostring(redis.call('LLEN', KEYS[6])) end
+  run_ops(cjson.decode(ARGV[5]), 5, {}, fills)  -- the batch's keys follow this script's six
+  started = 1
+end
 local last = -1
 if hl >= 0 then last = hl - 1 end
-return {rec, head, 1, redis.call('GET', KEYS[4]), redis.call('EXISTS', KEYS[5]),
-        redis.call('LRANGE', KEYS[6], 0, last)}
+return {rec, head, 1, stop, draining, redis.call('LRANGE', KEYS[6], 0, last), started}
 """
 
 
 @dataclass(frozen=True)
 class Taken:
-    """What the first round trip read; `acquired` is None when the lease was not tried (see the module)."""
+    """What the first round trip read; `acquired` is None when the lease was not tried (see the module).
+
+    `started`: the script wrote the `start` batch; `transcript` then ends with the message it pushed.
+    """
 
     record: dict[bytes | str, bytes | str]
     head: str | None
@@ -54,24 +84,44 @@ class Taken:
     stop: str | None = None
     draining: bool = False
     transcript: list[bytes | str] | None = None
+    started: bool = False
 
 
 def take(
-    client: redis.Redis, lease: Lease, *, owner_id: str, unit_id: str, hostname: str, check_head: bool
+    client: redis.Redis,
+    lease: Lease,
+    *,
+    owner_id: str,
+    unit_id: str,
+    hostname: str,
+    check_head: bool,
+    start: Batch | None = None,
 ) -> Taken:
     """Read the unit's record and, if it may run (unfinished, and with `check_head` its chat's head), take the
-    lease and read the stop and drain flags and the transcript (to the unit's `history_len`, all when -1)."""
-    script = client.register_script(_TAKE)
-    reply = script(
-        keys=[
-            keys.record(owner_id, unit_id),
-            keys.queue(owner_id),
-            lease.key,
-            keys.stop(owner_id),
-            keys.drain(hostname),
-            keys.transcript(owner_id),
+    lease and read the stop and drain flags and the transcript (to the unit's `history_len`, all when -1).
+
+    `start`: a first generation's start, written with the lease when the record is one (see the module); it may
+    leave the record's text (`fill(TEXT)`) and the transcript's length after its own pushes (`fill(HISTORY_LEN)`)
+    to the script."""
+    own = [
+        keys.record(owner_id, unit_id),
+        keys.queue(owner_id),
+        lease.key,
+        keys.stop(owner_id),
+        keys.drain(hostname),
+        keys.transcript(owner_id),
+    ]
+    reply = registered(client, _TAKE)(
+        keys=[*own, *(start.keys if start else ())],
+        args=[
+            unit_id,
+            lease.token,
+            lease.ttl_ms,
+            "1" if check_head else "0",
+            start.ops_json() if start else "",
+            fill_mark(TEXT),
+            fill_mark(HISTORY_LEN),
         ],
-        args=[unit_id, lease.token, lease.ttl_ms, "1" if check_head else "0"],
     )
     flat = reply[0]
     record = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -80,4 +130,4 @@ def take(
         return Taken(record, head, None)
     if not reply[2]:
         return Taken(record, head, False)
-    return Taken(record, head, True, text_or_none(reply[3]), bool(reply[4]), list(reply[5]))
+    return Taken(record, head, True, text_or_none(reply[3]), bool(reply[4]), list(reply[5]), bool(reply[6]))

@@ -47,3 +47,37 @@ def test_a_read_under_a_lease_not_ours_returns_nothing_and_writes_nothing():
     with pytest.raises(LeaseLost):
         Fence(r, "lease", "tok").commit(Batch().add("LREM", "queue", "1", "t1").read("LINDEX", "queue", "0"))
     assert r.lrange("queue", 0, -1) == [b"t1"]
+
+
+def test_a_held_batch_goes_with_the_next_commit_of_commands_after_the_prelude():
+    """The loop's last step rides with the settle: nothing is written when it is held, a flush of the prelude
+    alone (live text) leaves it held, and the next commit writes prelude, held batch and its own in that order."""
+    r = fakeredis.FakeRedis()
+    r.set("lease", "tok")
+    fence = Fence(r, "lease", "tok")
+    texts = ["a"]
+    fence.prelude = lambda: Batch().add("RPUSH", "log", texts.pop()) if texts else Batch()
+    fence.hold(Batch().add("RPUSH", "log", "step"))
+    assert r.lrange("log", 0, -1) == []
+    fence.commit(Batch())  # the live text's own flush
+    assert r.lrange("log", 0, -1) == [b"a"]
+    texts.append("b")
+    assert fence.commit(Batch().add("RPUSH", "log", "settle").read("LLEN", "log")) == [4]
+    assert r.lrange("log", 0, -1) == [b"a", b"b", b"step", b"settle"]
+    fence.commit(Batch().add("RPUSH", "log", "later"))
+    assert r.lrange("log", 0, -1)[-1:] == [b"later"] and r.llen("log") == 5  # written once
+
+
+def test_a_held_batch_under_a_lease_not_ours_writes_nothing():
+    r = fakeredis.FakeRedis()
+    r.set("lease", "someone-else")
+    fence = Fence(r, "lease", "tok")
+    fence.hold(Batch().add("SET", "step", "1"))
+    with pytest.raises(LeaseLost):
+        fence.commit(Batch().add("SET", "settled", "1"))
+    assert r.get("step") is None and r.get("settled") is None
+
+
+def test_a_held_batch_may_not_read():
+    with pytest.raises(ValueError):
+        Fence(fakeredis.FakeRedis(), "lease", "tok").hold(Batch().read("GET", "x"))

@@ -67,3 +67,80 @@ def test_a_held_lease_is_left_to_its_holder():
     taken = _take(r)
     assert taken.acquired is False and taken.transcript is None
     assert r.get(keys.lease(OWNER)) == b"t1|other|tok"
+
+
+def _start(unit: str = "t1"):
+    """The start batch exactly as the execution builds it for `take`."""
+    from agent.policy import Driver
+    from config.settings import Settings
+    from tasks.execution.flow import Execution
+    from tasks.execution.settling import Unit
+    from tasks.store.fenced import fill
+    from tasks.store.take import HISTORY_LEN, TEXT
+
+    execution = Execution(
+        Settings(redis_url="redis://127.0.0.1:1/0"), Unit(Driver.CHAT_TURN, OWNER, unit), hostname="w1", task_id="k1"
+    )
+    return execution._first_start(fill(TEXT), fill(HISTORY_LEN), 1000.0)
+
+
+def _take_starting(r: fakeredis.FakeRedis, unit: str = "t1"):
+    lease = Lease(r, keys.lease(OWNER), f"{unit}|w1|tok", ttl=30)
+    return take(r, lease, owner_id=OWNER, unit_id=unit, hostname="w1", check_head=True, start=_start(unit))
+
+
+def test_a_first_start_is_written_with_the_lease():
+    """The common case costs no round trip of its own: the user's message ends the transcript (and the history
+    the execution reads), the record is running with that history_len, `turn.started` is out, the sweep sees it."""
+    from agent.messages import dump_message, user_text
+
+    r = fakeredis.FakeRedis()
+    r.rpush(keys.transcript(OWNER), "m0", "m1")
+    r.rpush(keys.queue(OWNER), "t1")
+    _record(r, "t1", text='say "hi"\n\tback\\slash', generation=0, task_id="")
+    taken = _take_starting(r)
+    assert taken.acquired is True and taken.started is True
+    raw = dump_message(user_text('say "hi"\n\tback\\slash', "t1")).encode()
+    assert r.lrange(keys.transcript(OWNER), 0, -1) == [b"m0", b"m1", raw]
+    assert taken.transcript == [b"m0", b"m1", raw]
+    stored = {k.decode(): json.loads(v) for k, v in r.hgetall(keys.record(OWNER, "t1")).items()}
+    assert (stored["status"], stored["history_len"], stored["task_id"]) == ("running", 3, "k1")
+    assert stored["waiting_reason"] is None and stored["updated_at"] == 1000.0
+    [(_, fields)] = r.xrange(keys.events(OWNER))
+    event = json.loads(fields[b"e"])
+    assert (event["type"], event["turn_id"], event["generation"]) == ("turn.started", "t1", 0)
+    assert r.zscore(keys.ACTIVE, OWNER) == 1000.0
+
+
+@pytest.mark.parametrize("text", ["".join(map(chr, range(128))), "plain", "", "é", "日本語", "emoji \U0001f600"])
+def test_the_message_take_writes_is_the_encoders_own_or_none(text):
+    """The script puts the record's stored text where the message's text goes only when the result is exactly
+    what `dump_message` writes; else (an escaped literal, non-ASCII text) it writes nothing and leaves the start
+    to the execution."""
+    from agent.messages import dump_message, user_text
+
+    r = fakeredis.FakeRedis()
+    r.rpush(keys.queue(OWNER), "t1")
+    _record(r, "t1", text=text)
+    taken = _take_starting(r)
+    pushed = r.lrange(keys.transcript(OWNER), 0, -1)
+    if taken.started:
+        assert pushed == [dump_message(user_text(text, "t1")).encode()]
+    else:
+        assert pushed == [] and json.loads(r.hget(keys.record(OWNER, "t1"), "status")) == "queued"
+    assert taken.started is (text in ("plain", ""))  # 0x7f and non-ASCII come escaped in the record
+
+
+@pytest.mark.parametrize("case", ["retry", "started", "draining"])
+def test_other_starts_are_left_to_the_execution(case):
+    """A later generation, a generation already started, a draining worker: the lease is taken, nothing written."""
+    r = fakeredis.FakeRedis()
+    r.rpush(keys.transcript(OWNER), "m0")
+    r.rpush(keys.queue(OWNER), "t1")
+    _record(r, "t1", text="hi", **({"retry": {"generation": 1}, "started": {"history_len": 1}}.get(case, {})))
+    if case == "draining":
+        r.set(keys.drain("w1"), "1")
+    taken = _take_starting(r)
+    assert taken.acquired is True and taken.started is False
+    assert r.lrange(keys.transcript(OWNER), 0, -1) == [b"m0"] and not r.exists(keys.events(OWNER))
+    assert json.loads(r.hget(keys.record(OWNER, "t1"), "status")) == "queued"

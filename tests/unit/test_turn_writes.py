@@ -1,0 +1,62 @@
+"""What a chat turn writes, round trip by round trip: the start rides with the lease, the last step with the
+settle (a real execution on fakeredis, every command the execution's client sends counted)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import fakeredis
+import pytest
+
+from agent.policy import Driver
+from agent.provider.scripted import ScriptedProvider, reply_text
+from config.settings import Settings
+from tasks.execution import wiring
+from tasks.execution.flow import Execution, Unit
+from tasks.store import keys
+from tasks.store.fenced import _FENCED
+from tasks.store.records import UnitRecord
+from tasks.store.take import _TAKE
+
+SETTINGS = Settings(redis_url="redis://fake:6379/0", provider="scripted", queue="q", lease_ttl=3,
+                    tools="bench.tools:TOOLS", backoff_scale=0)
+OWNER = keys.owner("chat", "c1")
+
+
+@pytest.fixture
+def store(monkeypatch):
+    client = fakeredis.FakeRedis()
+    for script in (_TAKE, _FENCED):  # a server that has run them before: EVALSHA from the first call on
+        client.script_load(script)
+    monkeypatch.setattr(wiring, "redis_client", lambda url: client)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c: ScriptedProvider([reply_text("hi")]))
+    return client
+
+
+def test_a_turn_without_tools_is_a_take_a_text_flush_and_a_settle(store):
+    """Three round trips: take (with the start), the live text's first flush, the settle (with the model step's
+    journal record: its step count lands). The events come in order: started, the text, completed."""
+    text = 'a "quoted" question'
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text=text, task_id="task-t1", created_at=time.time())
+    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), "t1")
+    sent: list[str] = []
+    inner = store.execute_command
+
+    def counting(*args, **options):
+        sent.append(str(args[0]))
+        return inner(*args, **options)
+
+    store.execute_command = counting
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    assert outcome.action == "done" and outcome.reason == "completed"
+    assert sent == ["EVALSHA", "EVALSHA", "EVALSHA"]
+    stored = {k.decode(): json.loads(v) for k, v in store.hgetall(keys.record(OWNER, "t1")).items()}
+    assert (stored["status"], stored["reply"], stored["steps"], stored["history_len"]) == ("completed", "hi", 1, 1)
+    roles = [json.loads(m)["role"] for m in store.lrange(keys.transcript(OWNER), 0, -1)]
+    assert roles == ["user", "assistant"]
+    types = [json.loads(f[b"e"])["type"] for _, f in store.xrange(keys.events(OWNER))]
+    assert types == ["turn.started", "text.delta", "turn.completed"]
+    assert not store.exists(keys.journal(OWNER, "t1", 0), keys.lease(OWNER))
+    assert store.zscore(keys.ACTIVE, OWNER) is None
