@@ -12,12 +12,11 @@ itself, and that write takes its buffered text) is left for the next round.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis
 
@@ -64,17 +63,15 @@ class LiveWriter:
         held: list[Fence] = []
         pipe = self._client.pipeline(transaction=False)
         written: list[Buffered] = []
-        scripts: dict[str, Any] = {}
         try:
             for unit in units:
-                lock = _lock(unit.fence)
-                if not lock.acquire(blocking=False):
+                if not unit.fence.lock.acquire(blocking=False):
                     unit.again()
                     continue
                 held.append(unit.fence)
                 batch = unit.take()
                 if batch:
-                    _queue(unit.fence, batch, pipe, scripts)
+                    unit.fence.queue(batch, pipe)
                     written.append(unit)
             if not written:
                 return
@@ -90,7 +87,7 @@ class LiveWriter:
                     log.debug("live text not written: %s", reply or "the lease is held by another execution")
         finally:
             for fence in held:
-                _lock(fence).release()
+                fence.lock.release()
 
     def _run(self) -> None:
         while True:
@@ -102,22 +99,6 @@ class LiveWriter:
                 self.write_round()
             except Exception:  # the thread must outlive any one round, or every unit's text waits
                 log.exception("live text: a write round failed")
-
-
-# The two below are what `Fence.commit` does under its lock, for a pipeline: they belong in tasks/store/fenced.py
-# (as `Fence.locked()` and `Fence.queue(pipe, batch)`), which another change owns at the moment.
-
-
-def _lock(fence: Fence) -> Any:
-    return fence._lock
-
-
-def _queue(fence: Fence, batch: Batch, pipe: redis.client.Pipeline, scripts: dict[str, Any]) -> None:
-    keys, args = [fence._lease_key, *batch.keys], [fence._token, json.dumps(batch.ops)]
-    # Every fence registers the same script: one object for the round, so the pipeline checks it exists (SCRIPT
-    # EXISTS, before the round's commands) once, not once per unit.
-    script = scripts.setdefault(fence._script.sha, fence._script)
-    script(keys=keys, args=args, client=pipe)
 
 
 _writers: dict[tuple[int, int], LiveWriter] = {}

@@ -169,6 +169,19 @@ class Fence:
         self._held: Batch | None = None
         self.prelude: Callable[[], Batch] | None = None
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while one of this fence's writes is built and sent. A writer that sends several fences' writes in
+        one pipeline (live text) takes it for each, so no commit of the fence comes between a batch it took from
+        the prelude and that batch's write."""
+        return self._lock
+
+    def queue(self, batch: Batch, pipe: redis.client.Pipeline) -> None:
+        """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
+        lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
+        (SCRIPT EXISTS) once, however many fences it carries."""
+        self._script(keys=[self._lease_key, *batch.keys], args=[self._token, batch.ops_json()], client=pipe)
+
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
         write), not on its own: for a write whose next one follows with no I/O between. A commit that fails
