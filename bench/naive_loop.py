@@ -101,6 +101,14 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                 raise RuntimeError(f"naive turn in {chat} answered {reply!r}")
             return time.perf_counter() - started
 
+        def naive_block(prefix: str, queue: str, count: int) -> float:
+            """Seconds for `count` naive turns on distinct chats, all sent, then all awaited."""
+            started = time.perf_counter()
+            results = [naive.send_task("naive.turn", args=[f"{prefix}-{c}", PROMPT], queue=queue) for c in range(count)]
+            for result in results:
+                result.get(timeout=60)
+            return time.perf_counter() - started
+
         for i in range(WARMUP):
             baton_turn(f"warm-b-{stamp}-{i}")
             naive_turn(f"warm-n-{stamp}-{i}")
@@ -124,19 +132,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             if set(done) != {"completed"}:
                 raise RuntimeError(f"Baton throughput block ended {done}")
 
-            started = time.perf_counter()
-            results = [naive.send_task("naive.turn", args=[f"tp-n-{stamp}-{block}-{c}", PROMPT], queue=naive_queue)
-                       for c in range(per_block)]
-            for result in results:
-                result.get(timeout=60)
-            naive_s += time.perf_counter() - started
-
-            started = time.perf_counter()
-            results = [naive.send_task("naive.turn", args=[f"tp-s-{stamp}-{block}-{c}", PROMPT], queue=stream_queue)
-                       for c in range(per_block)]
-            for result in results:
-                result.get(timeout=60)
-            stream_s += time.perf_counter() - started
+            naive_s += naive_block(f"tp-n-{stamp}-{block}", naive_queue, per_block)
+            stream_s += naive_block(f"tp-s-{stamp}-{block}", stream_queue, per_block)
 
             started = time.perf_counter()
             chats = [f"tb-{stamp}-{block}-{c}" for c in range(per_block // PER_CHAT)]
