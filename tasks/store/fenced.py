@@ -16,6 +16,7 @@ import redis
 from redis.commands.core import Script
 
 from agent.errors import LeaseLost
+from tasks.store.compaction import compacted
 
 # Runs a batch's ops (a JSON list of [command, key index, args...]) after the script's own checks: an op's key is
 # KEYS[index + base]. One command is Baton's own: DELIFEQ key value... deletes the key if it holds one of the
@@ -144,9 +145,11 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.ops)
 
-    def ops_json(self) -> str:
-        """The ops as `RUN_OPS` takes them: pass `keys` after the script's own n keys, and base n - 1."""
-        return json.dumps(self.ops)
+    def ops_json(self, *, compact: bool = True) -> str:
+        """The ops as `RUN_OPS` takes them: pass `keys` after the script's own n keys, and base n - 1. Writes the
+        batch itself overwrites are left out (`compacted`) unless `compact` is off: a batch with fills, whose
+        values are read when an op first needs them, keeps every op where it was."""
+        return json.dumps(compacted(self.ops) if compact else self.ops)
 
 
 class ReplicationUnconfirmed(Exception):

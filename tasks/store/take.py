@@ -118,7 +118,7 @@ def take(
             lease.token,
             lease.ttl_ms,
             "1" if check_head else "0",
-            start.ops_json() if start else "",
+            start.ops_json(compact=False) if start else "",
             fill_mark(TEXT),
             fill_mark(HISTORY_LEN),
         ],
