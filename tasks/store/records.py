@@ -62,7 +62,9 @@ class UnitRecord(BaseModel):
     updated_at: float = 0.0
 
     def to_hash(self) -> dict[str, str]:
-        return {k: json.dumps(v) for k, v in self.model_dump(mode="json", by_alias=True).items()}
+        # Non-ASCII as UTF-8, not `\\u` escapes: the text's JSON literal is then byte for byte what the message
+        # encoder writes for it, so the take script can put it in the user's message (`store/take.py`).
+        return {k: json.dumps(v, ensure_ascii=False) for k, v in self.model_dump(mode="json", by_alias=True).items()}
 
     @classmethod
     def from_hash(cls, raw: dict[bytes | str, bytes | str]) -> UnitRecord | None:

@@ -9,14 +9,21 @@ import pytest
 
 from tasks.store import keys
 from tasks.store.lease import Lease
+from tasks.store.records import UnitRecord
 from tasks.store.take import take
 
 OWNER = "chat:c1"
 
 
-def _record(r: fakeredis.FakeRedis, unit: str, **fields: object) -> None:
+def _record(r: fakeredis.FakeRedis, unit: str, *, ensure_ascii: bool | None = None, **fields: object) -> None:
+    """A queued record with `fields`, written by `UnitRecord.to_hash` (or as `json.dumps` writes each field with
+    `ensure_ascii`: clients before records kept UTF-8 wrote `ensure_ascii=True`)."""
     data = {"kind": "turn", "owner_id": OWNER, "unit_id": unit, "status": "queued", "history_len": -1, **fields}
-    r.hset(keys.record(OWNER, unit), mapping={k: json.dumps(v) for k, v in data.items()})
+    if ensure_ascii is None:
+        mapping = UnitRecord.model_validate(data).to_hash()
+    else:
+        mapping = {k: json.dumps(v, ensure_ascii=ensure_ascii) for k, v in data.items()}
+    r.hset(keys.record(OWNER, unit), mapping=mapping)
 
 
 def _take(r: fakeredis.FakeRedis, unit: str = "t1", *, check_head: bool = True):
@@ -112,23 +119,30 @@ def test_a_first_start_is_written_with_the_lease():
     assert r.zscore(keys.ACTIVE, OWNER) == 1000.0
 
 
-@pytest.mark.parametrize("text", ["".join(map(chr, range(128))), "plain", "", "é", "日本語", "emoji \U0001f600"])
-def test_the_message_take_writes_is_the_encoders_own_or_none(text):
+TEXTS = ["".join(map(chr, range(128))), "".join(map(chr, range(32, 127))), "plain", "", "é", "日本語",
+         "emoji \U0001f600", "\u2028\u2029\x7f\u00a0", "C:\\users"]
+
+
+@pytest.mark.parametrize("ensure_ascii", [None, True])
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_message_take_writes_is_the_encoders_own_or_none(text, ensure_ascii):
     """The script puts the record's stored text where the message's text goes only when the result is exactly
-    what `dump_message` writes; else (an escaped literal, non-ASCII text) it writes nothing and leaves the start
-    to the execution."""
+    what `dump_message` writes; else (an escaped literal: a control character, or non-ASCII in a record written
+    before records kept UTF-8) it writes nothing and leaves the start to the execution."""
     from agent.messages import dump_message, user_text
 
     r = fakeredis.FakeRedis()
     r.rpush(keys.queue(OWNER), "t1")
-    _record(r, "t1", text=text)
+    _record(r, "t1", text=text, ensure_ascii=ensure_ascii)
     taken = _take_starting(r)
     pushed = r.lrange(keys.transcript(OWNER), 0, -1)
     if taken.started:
         assert pushed == [dump_message(user_text(text, "t1")).encode()]
     else:
         assert pushed == [] and json.loads(r.hget(keys.record(OWNER, "t1"), "status")) == "queued"
-    assert taken.started is (text in ("plain", ""))  # 0x7f and non-ASCII come escaped in the record
+    escaped = "\\u" in json.dumps(text, ensure_ascii=bool(ensure_ascii))
+    assert taken.started is (not escaped)
+    assert taken.started is (text in TEXTS[1:4] or (not ensure_ascii and text in TEXTS[4:8]))
 
 
 @pytest.mark.parametrize("case", ["retry", "started", "draining"])
