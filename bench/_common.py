@@ -94,7 +94,8 @@ def delta(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]
 class Stack:
     """A private Redis, an optional fake Messages API, workers on a private queue, and clients.
 
-    With a `handler` (or `fake=True`) workers use the real `anthropic` SDK against the fake server;
+    With a `handler` (or `fake=True`) workers use the real `anthropic` SDK against the fake server, which keeps
+    connections alive as the real API does;
     otherwise they use the scripted provider, whose directives live in the message text.
     """
 
@@ -118,7 +119,7 @@ class Stack:
         try:
             self.redis_server = EmbeddedRedis(self._tmp / "redis").start()
             if self.use_fake:
-                self.fake = FakeMessagesServer(self.handler).start()
+                self.fake = FakeMessagesServer(self.handler, keep_alive=True).start()  # as the real API
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise

@@ -1,9 +1,11 @@
 """Baton's chat turn next to the loop a user would write in thirty lines (`bench.naive_app`), in one run.
 
-Both sides on the same private Redis (broker, backend and state) and the same fake Messages API over HTTP,
-each through its own real worker (concurrency 2, its own queue), each turn one tool round (`peek`, no I/O)
-and then an answer. The naive side calls `messages.create` without streaming, as a first version would;
-Baton streams (live text) and keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair.
+Both sides on the same private Redis (broker, backend and state) and the same fake Messages API over HTTP
+(keeping connections alive, as the real API does: a client that opened one per request would pay a TLS handshake
+per request in production, and the table counts the connections each side opens), each through its own real
+worker (concurrency 2, its own queue), each turn one tool round (`peek`, no I/O) and then an answer. The naive
+side calls `messages.create` without streaming, as a first version would; Baton streams (live text) and keeps
+every safeguard on: journal, ledger, lease and heartbeat, events, repair.
 
 - Latency: turns one at a time, the sides alternating so machine noise hits all alike; a fresh chat per
   turn; timed from send to the result in hand (Baton: `send_message` + `wait`; naive: `send_task` + `get`).
@@ -70,6 +72,8 @@ def p90(values: list[float]) -> float:
 
 def main(n: int = N, turns: int = TURNS) -> list[Row]:
     with Stack("naive", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
+        fake = stack.fake
+        assert fake is not None
         naive_queue = f"{stack.queue}-naive"
         naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue},
                                    stack.tmp, concurrency=2)
@@ -116,9 +120,14 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         baton_lat: list[float] = []
         naive_lat: list[float] = []
         stream_lat: list[float] = []
+        opened = {"baton": 0, "naive": 0}  # provider connections accepted during each side's latency turns
         for i in range(n):
+            at = fake.connections
             baton_lat.append(baton_turn(f"lat-b-{stamp}-{i}"))
+            opened["baton"] += fake.connections - at
+            at = fake.connections
             naive_lat.append(naive_turn(f"lat-n-{stamp}-{i}"))
+            opened["naive"] += fake.connections - at
             stream_lat.append(naive_turn(f"lat-s-{stamp}-{i}", stream_queue))
 
         per_block = turns // BLOCKS
@@ -165,6 +174,9 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         Row("naive loop turn latency, 1 tool round (p50)", n50, "ms", "—", f"info (p90 {fmt(n90)} ms)"),
         Row("turn latency ÷ naive (p50)", b50 / n50, "x", "≤ 1.1", judge(b50 / n50, at_most=1.1)),
         Row("turn latency ÷ naive (p90)", b90 / n90, "x", "—", "info"),
+        Row("provider connections opened per turn, after warm-up (the fake API keeps them alive, as the real one)",
+            opened["baton"] / n, "connections", "0",
+            f"{judge(opened['baton'] / n, at_most=0)} (naive {fmt(opened['naive'] / n)})"),
         Row("naive loop streaming (messages.stream) latency (p50)", s50, "ms", "—", "info"),
         Row("turn latency ÷ streaming naive (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2", b_tps, "turns/s", "—", "info"),

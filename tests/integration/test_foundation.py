@@ -77,3 +77,20 @@ def test_two_turns_of_one_chat_run_one_after_the_other(stack):
         ("turn.started", t2.turn_id),
         ("turn.completed", t2.turn_id),
     ]
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_turns_reuse_the_provider_connection_of_their_worker_process(stack, pool):
+    """A worker keeps one SDK client (and its connection pool) per process: against an API that keeps
+    connections alive, turns after the first open no connection of their own (in production each would be a
+    TCP and TLS handshake with the provider before the first token)."""
+    stack.fake_api.keep_alive = True
+    stack.fake_api.set_handler(lambda body, index: tool_call("lookup", {"key": "a"}) if index % 2 == 0 else text("A."))
+    stack.worker(concurrency=1, pool=pool)
+    client = stack.client()
+    assert client.wait(client.send_message("warm", "hi"), timeout=60).status == "completed"
+    opened = stack.fake_api.connections
+    for i in range(6):
+        assert client.wait(client.send_message(f"c{i}", "what is a?"), timeout=60).status == "completed"
+    assert len(stack.fake_api.requests) == 14  # two requests a turn: the tool round, then the answer
+    assert stack.fake_api.connections == opened

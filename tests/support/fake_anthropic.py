@@ -194,6 +194,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # needed for chunked transfer coding
+    # Each header line and chunk is its own small write: with Nagle's algorithm on, a kept-alive connection waits
+    # for the client's delayed ACK (~40 ms) before the next one, as no real API server does.
+    disable_nagle_algorithm = True
     server_version = "fake-anthropic"
     server: _HTTPServer
     _index = -1  # the request being delivered (its index in `FakeMessagesServer.requests`)
@@ -263,9 +266,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("request-id", sse.new_id("req"))
         if retry_after is not None:
             self.send_header("retry-after", f"{retry_after:g}")
-        self.send_header("Connection", "close")
+        self._connection_header()
         self.end_headers()
         self.wfile.write(data)
+
+    def _connection_header(self) -> None:
+        if not self.server.fake.keep_alive:
+            self.send_header("Connection", "close")
 
     def _abort(self) -> None:
         """Cut the connection without finishing the response: the peer sees a truncated body."""
@@ -316,7 +323,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("request-id", sse.new_id("req"))
         self.send_header("transfer-encoding", "chunked")
-        self.send_header("Connection", "close")
+        self._connection_header()
         self.end_headers()
         for name, data in events if fault is None else events[: fault.after_events]:
             self.wfile.write(sse.chunk(sse.encode_event(name, data)))
@@ -358,8 +365,15 @@ class FakeMessagesServer:
         api_key: str | None = None,
         prompt_cache: bool = False,
         context_limit: int | None = None,
+        keep_alive: bool = False,
     ) -> None:
         self._handler: Handler = handler or _default_handler
+        # With `keep_alive`, a finished response leaves its connection open for the client's next request, as the
+        # real API does; without it every response says `Connection: close` (a fault test then sees one connection
+        # per request). `connections` counts the connections accepted, so a test can tell a client that reuses its
+        # pool from one that opens a connection (in production, a TLS handshake) per request.
+        self.keep_alive = keep_alive
+        self.connections = 0
         # Cache semantics (tests/support/fake_prompt_cache.py): with `prompt_cache`, input usage is computed from
         # the request (its cached prefixes read, new marked prefixes written) instead of `Reply.input_tokens`.
         self.prompt_cache = prompt_cache
@@ -460,6 +474,7 @@ class FakeMessagesServer:
         with self._cond:
             if add:
                 self._active[conn] = threading.current_thread()
+                self.connections += 1
             else:
                 self._active.pop(conn, None)
 

@@ -408,3 +408,14 @@ def test_module_runs_standalone_with_script_file(tmp_path: Path) -> None:
             proc.terminate()
             _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and err == ""
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_keep_alive_serves_a_client_s_requests_on_one_connection(keep_alive: bool) -> None:
+    """Kept alive, streamed and whole responses leave the connection for the next request; otherwise each
+    response closes it. `connections` counts what the server accepted."""
+    with FakeMessagesServer(keep_alive=keep_alive) as s, client_for(s) as client:
+        for _ in range(2):
+            assert ask(client).content[0].text == "ok"
+            assert final_message(client).content[0].text == "ok"
+        assert s.connections == (1 if keep_alive else 4)
