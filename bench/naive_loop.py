@@ -12,6 +12,7 @@ every safeguard on: journal, ledger, lease and heartbeat, events, repair.
 - A second naive worker (NAIVE_STREAM=1) runs the same loop streaming with the SDK's `messages.stream`: what
   streaming alone costs, since Baton streams every answer (live text). Reported for information; the goals
   are against the non-streaming loop.
+- Latency again with every model call taking 0.1 s (10 turns a side): the fixed costs next to a real model's time.
 - Throughput: 80 turns on distinct chats sent as fast as the client can, then all awaited; in alternating
   blocks of 40 per side. Baton again with each chat's 4 turns sent back to back (20 chats), whose
   per-chat order is checked from the `turn.completed` events.
@@ -37,6 +38,8 @@ TURNS = 80
 BLOCKS = 2
 PER_CHAT = 4
 PROMPT = "look up key a, then answer"
+MODEL_SECONDS = 0.1  # a model call's time in the last latency block: a short answer of a real model
+SLOW_N = 10
 
 
 def one_tool_round(body: dict[str, Any], index: int) -> Reply:
@@ -130,6 +133,19 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             opened["naive"] += fake.connections - at
             stream_lat.append(naive_turn(f"lat-s-{stamp}-{i}", stream_queue))
 
+        # The same turns against a model that takes MODEL_SECONDS per call before it answers: the fixed costs of
+        # both loops next to what a user waits for anyway (a sleep here is the simulated model's work).
+        def slow(body: dict[str, Any], index: int) -> Reply:
+            time.sleep(MODEL_SECONDS)
+            return one_tool_round(body, index)
+
+        fake.set_handler(slow)
+        slow_lat: dict[str, list[float]] = {"baton": [], "naive": []}
+        for i in range(SLOW_N):
+            slow_lat["baton"].append(baton_turn(f"slow-b-{stamp}-{i}"))
+            slow_lat["naive"].append(naive_turn(f"slow-n-{stamp}-{i}"))
+        fake.set_handler(one_tool_round)
+
         per_block = turns // BLOCKS
         baton_s = naive_s = stream_s = burst_s = 0.0
         burst_refs = []
@@ -161,6 +177,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
     b50, n50 = median(baton_lat) * 1000, median(naive_lat) * 1000
     b90, n90 = p90(baton_lat) * 1000, p90(naive_lat) * 1000
     s50 = median(stream_lat) * 1000
+    slow_b, slow_n = median(slow_lat["baton"]) * 1000, median(slow_lat["naive"]) * 1000
     b_tps, n_tps, s_tps, burst_tps = turns / baton_s, turns / naive_s, turns / stream_s, turns / burst_s
     print(f"  latency p50: Baton {fmt(b50)} ms, naive {fmt(n50)} ms -> {fmt(b50 / n50)}x; "
           f"p90: Baton {fmt(b90)} ms, naive {fmt(n90)} ms -> {fmt(b90 / n90)}x", flush=True)
@@ -177,6 +194,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         Row("provider connections opened per turn, after warm-up (the fake API keeps them alive, as the real one)",
             opened["baton"] / n, "connections", "0",
             f"{judge(opened['baton'] / n, at_most=0)} (naive {fmt(opened['naive'] / n)})"),
+        Row(f"turn latency ÷ naive, model calls of {MODEL_SECONDS * 1000:g} ms (p50 of {SLOW_N})", slow_b / slow_n,
+            "x", "—", f"info ({fmt(slow_b)} vs {fmt(slow_n)} ms)"),
         Row("naive loop streaming (messages.stream) latency (p50)", s50, "ms", "—", "info"),
         Row("turn latency ÷ streaming naive (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2", b_tps, "turns/s", "—", "info"),
