@@ -94,3 +94,22 @@ def test_turns_reuse_the_provider_connection_of_their_worker_process(stack, pool
         assert client.wait(client.send_message(f"c{i}", "what is a?"), timeout=60).status == "completed"
     assert len(stack.fake_api.requests) == 14  # two requests a turn: the tool round, then the answer
     assert stack.fake_api.connections == opened
+
+
+def test_a_turn_in_any_script_reaches_the_provider_and_the_transcript_as_written(stack):
+    """Non-ASCII text (kept as UTF-8 in the record, put into the user's message by the take script) reaches the
+    provider unchanged, and the answer comes back unchanged in the result, the record and the transcript."""
+    from agent.messages import load_message
+
+    question, answer = "¿Qué es «a»? 日本語で答えて 🙂 \u2028 tab\there", "Ответ: «A» — 答え 🙂"
+    stack.fake_api.set_handler(Script([text(answer)]))
+    stack.worker()
+    client = stack.client()
+    result = client.wait(client.send_message("c-intl", question), timeout=60)
+    assert result.status == "completed" and result.reply == answer
+    [request] = stack.fake_api.requests
+    assert [b["text"] for b in request["messages"][-1]["content"]] == [question]
+    r = redis.Redis.from_url(stack.redis_server.url)
+    user, assistant = (load_message(raw) for raw in r.lrange("baton:{chat:c-intl}:transcript", 0, -1))
+    assert user is not None and assistant is not None
+    assert [b.text for b in user.content] == [question] and [b.text for b in assistant.content] == [answer]
