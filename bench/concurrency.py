@@ -26,7 +26,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -34,10 +33,7 @@ import psutil
 from bench._common import Row, Stack, fmt, judge, print_rows
 from bench.memory import tree_memory
 from tests.support.fake_anthropic import Reply
-from tests.support.processes import REPO
 
-# A gevent worker imports trio before its monkey-patching (bench/gevent_shim/sitecustomize.py says why).
-GEVENT_SHIM = Path(__file__).with_name("gevent_shim")
 PROVIDER_SECONDS = 3.0
 PARTS = 6  # text deltas per answer
 # message_start, ping, content_block_start, the deltas, content_block_stop, message_delta, message_stop: the fake
@@ -205,8 +201,7 @@ def main(only: str | None = None, concurrency: int | None = None) -> list[Row]:
             continue
         c = concurrency or c
         turns = c if concurrency and pool != "prefork" else (2 * c if concurrency else turns)
-        env = {"PYTHONPATH": f"{GEVENT_SHIM}{os.pathsep}{REPO}"} if pool == "gevent" else {}
-        r = measure(pool, c, turns, **env)
+        r = measure(pool, c, turns)
         print(f"  {pool} -c {c}: {r.completed}/{r.turns} completed in {fmt(r.wall_s)} s "
               f"({fmt(r.ratio)}x the provider's {fmt(PROVIDER_SECONDS)} s; sending took {fmt(r.send_s)} s), "
               f"RSS idle {fmt(r.idle_rss_mib)} MiB, peak {fmt(r.peak_rss_mib)} MiB over {r.processes} processes "

@@ -31,6 +31,7 @@ from tasks import reach
 from tasks.app import app, settings
 from tasks.execution import wiring
 from tasks.runtime.approval_expiry import expire_approvals
+from tasks.runtime.gevent_compat import call_off_the_hub
 from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.outage import Outage
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
@@ -46,7 +47,10 @@ _provider_notice: list[tuple[int, str]] = []
 
 @signals.worker_shutting_down.connect
 def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_: Any) -> None:
-    hostname = str(sender)
+    call_off_the_hub(_set_drain_flag, str(sender), how, sig)
+
+
+def _set_drain_flag(hostname: str, how: Any, sig: Any) -> None:
     try:
         wiring.store(settings).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)

@@ -6,6 +6,7 @@ store's crash, and the lost-message sweep has nothing to look for: RabbitMQ rede
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -19,14 +20,22 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("broker", "pool"), [("redis", "prefork"), ("redis", "threads"), ("amqp", "prefork")])
+@pytest.mark.parametrize(("broker", "pool"), [
+    ("redis", "prefork"),
+    ("redis", "threads"),
+    pytest.param("redis", "gevent", marks=pytest.mark.skipif(
+        importlib.util.find_spec("gevent") is None, reason="gevent is not installed (pip install 'baton[gevent]')"
+    )),
+    ("amqp", "prefork"),
+])
 def test_short_chaos_keeps_every_promise(broker: str, pool: str):
     """`python -m bench.chaos --short`: ~45 s of seeded chaos (SIGKILL and SIGTERM of workers, a pool child killed,
     kill -9 of the AOF Redis, dropped/stalled/overloaded streams) over concurrent coding runs and chat turns; then
     every unit ends with a stated outcome, nothing is lost, every write effect ran exactly once (or its call shows
     the interrupted placeholder), no two executions of one unit overlapped, and every history is valid. On both
-    brokers, and on the threads pool too (concurrency 8: every unit of a worker in its one process, beaten by one
-    poller); threads on RabbitMQ is left to `python -m bench.chaos --broker amqp --pool threads`, for CI time."""
+    brokers, and on the threads and gevent pools too (concurrency 8: every unit of a worker in its one process,
+    beaten by one poller); those pools on RabbitMQ are left to `python -m bench.chaos --broker amqp --pool threads`
+    (or `gevent`), for CI time."""
     if broker == "amqp" and find_rabbitmq_server() is None:
         pytest.skip("rabbitmq-server is not installed (Debian: apt-get install rabbitmq-server; .ci/run does)")
     proc = subprocess.Popen(

@@ -12,13 +12,14 @@ from agent.messages import DEPLOY_NOTICE
 from tests.conftest import Stack
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.processes import POOLS as PROCESS_POOLS
 from tests.support.processes import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 
 # The pools a drain and a crash must work on: prefork (a process per unit, the children never see the shutdown)
 # and threads (every unit in the worker's one process, beaten by one poller).
-POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
+POOLS = pytest.mark.parametrize("pool", PROCESS_POOLS)
 STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
 
 

@@ -11,7 +11,7 @@ import redis
 
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Script, text, tool_call
-from tests.support.processes import REPO
+from tests.support.processes import POOLS, REPO
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_two_turns_of_one_chat_run_one_after_the_other(stack):
     ]
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("pool", POOLS)
 def test_turns_reuse_the_provider_connection_of_their_worker_process(stack, pool):
     """A worker keeps one SDK client (and its connection pool) per process: against an API that keeps
     connections alive, turns after the first open no connection of their own (in production each would be a

@@ -19,6 +19,7 @@ from agent.messages import INTERRUPTED_RESULT, STOPPED_NOTICE
 from tasks.store import keys
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.processes import POOLS as PROCESS_POOLS
 from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 # Watcher poll (0.5 s) + stop grace (1 s) + settling and the client's wake-up; generous for a loaded CI box.
 PROMPT_STOP_S = 4.0
 # The pools a stop must work on: prefork (a process per unit) and threads (every unit in one process, one poller).
-POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
+POOLS = pytest.mark.parametrize("pool", PROCESS_POOLS)
 
 
 def _worker(stack, name: str = "w1", *, pool: str | None = None, **env: str):

@@ -6,6 +6,7 @@ Each fixture stops what it starts. Nothing here touches the machine's own Redis 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -13,10 +14,22 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tasks.demo.embedded_redis import EmbeddedRedis
 from tasks.demo.local_worker import worker_command
 
 REPO = Path(__file__).resolve().parents[2]
+
+# The pools the drain, stop and kill tests run on: prefork, and the two that hold hundreds of turns per process.
+# gevent is an extra (`baton[gevent]`, which the test extra brings); without it its cases are skipped, not lost.
+POOLS = [
+    "prefork",
+    "threads",
+    pytest.param("gevent", marks=pytest.mark.skipif(
+        importlib.util.find_spec("gevent") is None, reason="gevent is not installed (pip install 'baton[gevent]')"
+    )),
+]
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
