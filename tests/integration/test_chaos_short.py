@@ -6,14 +6,13 @@ store's crash, and the lost-message sweep has nothing to look for: RabbitMQ rede
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from tests.support.processes import REPO
+from tests.support.processes import NEEDS_GEVENT, REPO
 from tests.support.rabbitmq import find_rabbitmq_server
 
 pytestmark = pytest.mark.integration
@@ -23,9 +22,7 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize(("broker", "pool"), [
     ("redis", "prefork"),
     ("redis", "threads"),
-    pytest.param("redis", "gevent", marks=pytest.mark.skipif(
-        importlib.util.find_spec("gevent") is None, reason="gevent is not installed (pip install 'baton[gevent]')"
-    )),
+    pytest.param("redis", "gevent", marks=NEEDS_GEVENT),
     ("amqp", "prefork"),
 ])
 def test_short_chaos_keeps_every_promise(broker: str, pool: str):

@@ -21,15 +21,12 @@ from tasks.demo.local_worker import worker_command
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The pools the drain, stop and kill tests run on: prefork, and the two that hold hundreds of turns per process.
 # gevent is an extra (`baton[gevent]`, which the test extra brings); without it its cases are skipped, not lost.
-POOLS = [
-    "prefork",
-    "threads",
-    pytest.param("gevent", marks=pytest.mark.skipif(
-        importlib.util.find_spec("gevent") is None, reason="gevent is not installed (pip install 'baton[gevent]')"
-    )),
-]
+NEEDS_GEVENT = pytest.mark.skipif(
+    importlib.util.find_spec("gevent") is None, reason="gevent is not installed (pip install 'baton[gevent]')"
+)
+# The pools the drain, stop and kill tests run on: prefork, and the two that hold hundreds of turns per process.
+POOLS = ["prefork", "threads", pytest.param("gevent", marks=NEEDS_GEVENT)]
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
