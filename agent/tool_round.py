@@ -25,6 +25,7 @@ from agent.messages import (
 )
 from agent.policy import Driver
 from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
+from agent.tool_threads import tool_threads
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 
 
@@ -238,12 +239,14 @@ def _run_cancellable(
     woken = threading.Event()  # set by the tool finishing or by a stop/drain, whichever comes first
 
     def target() -> None:
-        box.append(execute(tool, arguments, idempotency_key=key))
-        settled.set()
-        woken.set()
+        try:
+            box.append(execute(tool, arguments, idempotency_key=key))
+        finally:  # even a tool's SystemExit must not leave the round waiting forever
+            settled.set()
+            woken.set()
 
     unregister = cancel.on_cancel(woken.set)
-    threading.Thread(target=target, name=f"tool:{tool.name}", daemon=True).start()
+    tool_threads().run(target, name=f"tool:{tool.name}")
     try:
         woken.wait()
         if not settled.is_set():
