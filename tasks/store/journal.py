@@ -21,6 +21,9 @@ from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
 from tasks.store.replies import text
 
 JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
+# An execution re-arms its journal's expiry on its first write and then once an hour, not with every step:
+# the expiry only has to outlast the execution, and a week minus an hour still outlasts any of them.
+JOURNAL_REARM_SECONDS = 3600.0
 REPLICA_CONFIRM_MS = 2000  # how long a write tool waits for a replica to have its write-ahead entry
 
 
@@ -48,6 +51,7 @@ class RedisJournal:
         self.steps: dict[str, dict[str, Any]] = {
             text(k): json.loads(v) for k, v in (client.hgetall(self.key) if loaded is None else loaded).items()
         }
+        self._armed_at: float | None = None  # when this execution last set the journal's expiry
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
         # Behind Sentinel, a write tool's write-ahead entry must reach a replica before the tool runs: Redis
         # replicates asynchronously, and a failover that lost the entry would let a replay run the tool again.
@@ -70,11 +74,11 @@ class RedisJournal:
         replication id first, so there the step is written at once), and a crash before the joint write re-asks
         the model exactly as a crash before the step's own write would have; after it, the unit is settled.
         """
-        batch = (
-            Batch()
-            .hset(self.key, {step_id: json.dumps(record)}, raw=True)
-            .add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
-        )
+        batch = Batch().hset(self.key, {step_id: json.dumps(record)}, raw=True)
+        now = time.monotonic()
+        arming = self._armed_at is None or now - self._armed_at >= JOURNAL_REARM_SECONDS
+        if arming:
+            batch.add("PEXPIRE", self.key, str(JOURNAL_RETENTION_MS))
         if record.get("status") == "done" and step_id != "seed":
             fields: dict[str, Any] = {"steps": self.done_steps + 1, "updated_at": time.time()}
             if "unit_usage" in record:  # a model step: `baton status` shows the usage so far, mid-run
@@ -93,6 +97,8 @@ class RedisJournal:
             self._fence.hold(batch)
         else:
             self._fence.commit(batch)
+        if arming:
+            self._armed_at = now
         if record.get("status") == "done" and step_id != "seed":
             self.done_steps += 1
         self.steps[step_id] = record

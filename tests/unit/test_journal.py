@@ -8,6 +8,7 @@ import fakeredis
 import pytest
 
 from agent.errors import LeaseLost
+from tasks.store import journal as journal_module
 from tasks.store import keys
 from tasks.store.fenced import _FENCED, Fence
 from tasks.store.journal import RedisJournal
@@ -66,6 +67,27 @@ def test_each_step_is_one_round_trip_holding_the_record_the_step_count_and_the_e
         ("run.step", "tool:t1", "r1"),
     ]
     assert client.pttl(keys.journal(OWNER, RUN, 0)) > 0
+
+
+def test_the_journal_expiry_is_set_by_an_executions_first_step_and_then_once_an_hour(client, monkeypatch):
+    """A step sends no PEXPIRE of its own once its execution has armed the journal's expiry, until an hour has
+    passed; a new execution (a resume) arms it again at its first step."""
+    clock = [1000.0]
+    monkeypatch.setattr(journal_module.time, "monotonic", lambda: clock[0])
+    key = keys.journal(OWNER, RUN, 0)
+    journal = _journal(client)
+    journal.record("model:0", {"kind": "model", "status": "done"}, [])
+    assert client.pttl(key) > 0
+    client.persist(key)  # so that a later PEXPIRE shows
+    clock[0] += 3599
+    journal.record("tool:t1", {"kind": "tool", "status": "done"}, [])
+    assert client.pttl(key) == -1
+    clock[0] += 1
+    journal.record("model:1", {"kind": "model", "status": "done"}, [])
+    assert client.pttl(key) > 0
+    client.persist(key)
+    _journal(client).record("tool:t2", {"kind": "tool", "status": "done"}, [])
+    assert client.pttl(key) > 0
 
 
 def test_a_reopened_journal_replays_what_was_recorded(client):
