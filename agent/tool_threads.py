@@ -11,9 +11,10 @@ does not fit: its pool has a ceiling, which hung tools would fill, and it joins 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
+
+from agent.per_process import PerProcess
 
 IDLE_KEPT = 8  # idle threads kept per process; a burst beyond them ends its extra threads when it is over
 
@@ -62,15 +63,9 @@ class ToolThreads:
             job, name = slot.pop()
 
 
-_threads: dict[int, ToolThreads] = {}
-_threads_lock = threading.Lock()
+_threads: PerProcess[ToolThreads] = PerProcess()
 
 
 def tool_threads() -> ToolThreads:
-    """This process's threads (keyed by pid: a forked pool child starts its own, its parent's are not there)."""
-    pid = os.getpid()
-    with _threads_lock:
-        found = _threads.get(pid)
-        if found is None:
-            found = _threads[pid] = ToolThreads()
-        return found
+    """This process's threads (a forked pool child starts its own: its parent's are not there)."""
+    return _threads.get(None, ToolThreads)

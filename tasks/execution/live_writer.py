@@ -13,13 +13,13 @@ itself, and that write takes its buffered text) is left for the next round.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Protocol
 
 import redis
 
+from agent.per_process import PerProcess
 from tasks.store.fenced import Batch, Fence
 
 log = logging.getLogger("baton.live")
@@ -101,15 +101,9 @@ class LiveWriter:
                 log.exception("live text: a write round failed")
 
 
-_writers: dict[tuple[int, int], LiveWriter] = {}
-_writers_lock = threading.Lock()
+_writers: PerProcess[LiveWriter] = PerProcess()
 
 
 def live_writer(client: redis.Redis, *, interval: float) -> LiveWriter:
     """The process's writer for this client (keyed by pid: a forked pool child starts its own thread)."""
-    key = (os.getpid(), id(client))
-    with _writers_lock:
-        writer = _writers.get(key)
-        if writer is None:
-            writer = _writers[key] = LiveWriter(client, interval=interval)
-        return writer
+    return _writers.get(id(client), lambda: LiveWriter(client, interval=interval))

@@ -13,7 +13,6 @@ units in one process they were hundreds of threads and of round trips a second, 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 import redis
 
 from agent.cancel import CancelToken
+from agent.per_process import PerProcess
 from tasks.store import keys
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
@@ -189,15 +189,9 @@ class Poller:
                 log.exception("watcher beat failed")
 
 
-_pollers: dict[tuple[int, int], Poller] = {}
-_pollers_lock = threading.Lock()
+_pollers: PerProcess[Poller] = PerProcess()
 
 
 def poller_for(client: redis.Redis) -> Poller:
     """The process's poller for this client (keyed by pid: a forked pool child starts its own thread)."""
-    key = (os.getpid(), id(client))
-    with _pollers_lock:
-        poller = _pollers.get(key)
-        if poller is None:
-            poller = _pollers[key] = Poller(client)
-        return poller
+    return _pollers.get(id(client), lambda: Poller(client))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
 
 import redis
 
+from agent.per_process import PerProcess
 from agent.policy import Backoff
 from agent.provider.base import Provider
 from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
@@ -82,8 +81,7 @@ def scripted_cues(spec: str) -> dict[str, Cue]:
     return load_cues(spec)
 
 
-_providers: dict[tuple[int, float], Provider] = {}
-_providers_lock = threading.Lock()
+_providers: PerProcess[Provider] = PerProcess()
 
 
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
@@ -100,13 +98,11 @@ def build_provider(settings: Settings, client: redis.Redis) -> Provider:
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
 
-    key = (os.getpid(), settings.stream_idle_timeout)
-    with _providers_lock:
-        provider = _providers.get(key)
-        if provider is None:
-            shards = -(-_units[0] // STREAMS_PER_PROVIDER_CLIENT)
-            provider = _providers[key] = AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=shards)
-    return provider
+    def make() -> Provider:
+        shards = -(-_units[0] // STREAMS_PER_PROVIDER_CLIENT)
+        return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=shards)
+
+    return _providers.get(settings.stream_idle_timeout, make)
 
 
 def backoff(settings: Settings) -> Backoff:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -25,12 +26,15 @@ def _api_key(monkeypatch):
     wiring._providers.clear()
 
 
-def test_one_provider_per_process_and_a_new_one_after_fork(monkeypatch):
+def test_one_provider_per_process_and_a_new_one_after_fork():
     """Executions of one process share the provider (one HTTP pool); a forked child builds its own."""
     first = wiring.build_provider(SETTINGS, None)
     assert wiring.build_provider(SETTINGS, None) is first
-    monkeypatch.setattr(wiring.os, "getpid", lambda: -1)  # what a pool child sees after the fork
-    assert wiring.build_provider(SETTINGS, None) is not first
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's side: a pool child after the fork
+        os._exit(0 if wiring.build_provider(SETTINGS, None) is not first else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_chat_tools_are_loaded_once_and_read_only():
