@@ -76,7 +76,7 @@ class Stack:
 
     def stop(self) -> None:
         for worker in self.workers:
-            worker.stop()
+            worker.discard()
 
 
 @pytest.fixture
