@@ -62,7 +62,8 @@ def _set_drain_flag(hostname: str, how: Any, sig: Any) -> None:
         log.exception("drain: could not set the drain flag for %s", hostname)
     _sweeper_halt.set()
     if _green_pool[0]:
-        _stop_consuming_now(hostname)
+        # Off the shutdown's path: kombu retries a publish while the broker is down, for as long as it takes.
+        threading.Thread(target=_stop_consuming_now, args=(hostname,), name="baton-stop-consuming", daemon=True).start()
 
 
 def _stop_consuming_now(hostname: str) -> None:
@@ -73,7 +74,7 @@ def _stop_consuming_now(hostname: str) -> None:
     `finally` runs another cycle): an idle gevent worker took 4.3 s to exit on SIGTERM, a drain up to 5 s. The
     command raises the same `WorkerShutdown` as the signal's warm path, from inside the poll: 1.4 s. Running units
     still checkpoint and requeue, since the warm shutdown waits for the pool as before. Best effort: if the broker
-    cannot take it, the loop stops on its own a few seconds later.
+    cannot take it, the loop stops on its own a few seconds later, and this thread dies with the process.
     """
     try:
         app.control.broadcast(
