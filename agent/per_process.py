@@ -36,4 +36,6 @@ class PerProcess(Generic[V]):
             self._made.clear()
 
     def _after_fork(self) -> None:
+        # The parent's entries stay (unreachable under their pid): dropping them could run their finalizers, which
+        # would close connections the parent still uses over the sockets the child inherited.
         self._lock = threading.Lock()

@@ -42,8 +42,8 @@ log = logging.getLogger("baton.drain")
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
 _sandbox_notice: list[tuple[int, str]] = []
-_green_pool = [False]  # set at worker_init: the pool's consumer loop is Celery's blocking synloop under gevent/eventlet
 _provider_notice: list[tuple[int, str]] = []
+_green_pool = [False]  # set at worker_init: the pool's consumer loop is Celery's blocking synloop under gevent/eventlet
 
 
 @signals.worker_shutting_down.connect
@@ -160,8 +160,7 @@ def lost_message_broker() -> redis.Redis | None:
 def _prepare_worker(sender: Any = None, **_: Any) -> None:
     """Load what every task needs before the pool forks; refuse to start with unloadable tools or cues."""
     size_connection_pools(sender)
-    pool = get_implementation(getattr(sender, "pool_cls", None) or app.conf.worker_pool)
-    _green_pool[0] = bool(getattr(pool, "is_green", False))
+    _green_pool[0] = bool(getattr(pool_class(sender), "is_green", False))
     if settings.provider == "anthropic":
         # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
         import agent.provider.anthropic_provider  # noqa: F401
@@ -193,6 +192,11 @@ def check_provider() -> list[tuple[int, str]]:
                               "provider_auth")]
 
 
+def pool_class(worker: Any) -> Any:
+    """The Celery pool class a worker runs (`-P`, else the app's `worker_pool`)."""
+    return get_implementation(getattr(worker, "pool_cls", None) or app.conf.worker_pool)
+
+
 def size_connection_pools(worker: Any) -> None:
     """Size the store's connection pools for the units one process of this worker runs at once.
 
@@ -203,8 +207,7 @@ def size_connection_pools(worker: Any) -> None:
     concurrency = getattr(worker, "concurrency", None)
     if not isinstance(concurrency, int) or concurrency < 1:
         return  # "auto", or a sender that is not a WorkController: keep the defaults
-    pool = get_implementation(getattr(worker, "pool_cls", None) or app.conf.worker_pool)
-    units = wiring.units_per_process(pool.__module__, concurrency)
+    units = wiring.units_per_process(pool_class(worker).__module__, concurrency)
     wiring.size_pools(units)
     if units > 1:
         app.conf.redis_max_connections = max(app.conf.redis_max_connections or 0, connect.pool_size())

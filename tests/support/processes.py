@@ -110,12 +110,8 @@ class Worker:
     def discard(self) -> None:
         """At teardown: SIGKILL at once. Nothing is asserted after it, and a warm shutdown costs 1.5 s (prefork)
         to 5 s (gevent) per worker on a slow machine; the tests of a warm shutdown call `terminate` or `stop`."""
-        with contextlib.suppress(ProcessLookupError):
-            if self.proc is not None and self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-            if self.proc is not None:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # stray pool children
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+            self.kill9()
         if hasattr(self, "_log"):
             self._log.close()
 
