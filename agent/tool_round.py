@@ -170,9 +170,15 @@ def _tool_step(
         outcome, status = ToolOutcome(entry.content, entry.is_error), "deduplicated"
     else:
         idempotency_key = f"{config.owner_id}:{call.id}"
-        if effect == "write" and recorded is None:
+        if effect == "write" and (recorded is None or recorded["status"] == "withdrawn"):
             edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
         ran = _run_cancellable(tool, call.input, idempotency_key, cancel, config)
+        if isinstance(ran, NotStarted):
+            # Never run, and never to run here: the write-ahead entry says so, and the execution that resumes the
+            # unit runs the call (a drain answers nothing). A stop answers it with the placeholder, as before.
+            if effect == "write":
+                edge.record(step_id, {"kind": "tool", "status": "withdrawn", "name": call.name}, [])
+            return _placeholder(call.id)
         if ran is None:
             block = _placeholder(call.id)
             _account(state, call, effect, block, status="interrupted", executed=True)
@@ -230,16 +236,31 @@ def _account(
     state.tool_log.append(ToolLogEntry(id=call.id, name=call.name, effect=effect, status=status))
 
 
+class NotStarted:
+    """A call whose thread had not begun the tool when a drain's grace ended: withdrawn, so it never runs here."""
+
+
 def _run_cancellable(
     tool: Tool, arguments: dict[str, Any], key: str, cancel: CancelToken, config: LoopConfig
-) -> ToolOutcome | None:
-    """Run a tool in a thread; on stop or drain give it a grace period, then abandon it (None)."""
+) -> ToolOutcome | NotStarted | None:
+    """Run a tool in a thread; on stop or drain give it a grace period, then abandon it (None).
+
+    A call whose thread has not begun the tool by then (a thread starved of the CPU, as hundreds of a threads pool's
+    units are when a drain wakes them all) is withdrawn instead (`NotStarted`): claiming the call and withdrawing it
+    are decided under one lock, so either the tool runs or it never will, and the caller knows which.
+    """
     box: list[ToolOutcome] = []
     settled = threading.Event()
     woken = threading.Event()  # set by the tool finishing or by a stop/drain, whichever comes first
+    claim = threading.Lock()
+    state = {"started": False, "withdrawn": False}
 
     def target() -> None:
         try:
+            with claim:
+                if state["withdrawn"]:
+                    return
+                state["started"] = True
             box.append(execute(tool, arguments, idempotency_key=key))
         finally:  # even a tool's SystemExit must not leave the round waiting forever
             settled.set()
@@ -253,4 +274,10 @@ def _run_cancellable(
             settled.wait(config.drain_grace if cancel.reason == "drain" else config.stop_grace)
     finally:
         unregister()
-    return box[0] if box else None
+    if box:
+        return box[0]
+    with claim:
+        if not state["started"]:
+            state["withdrawn"] = True
+            return NotStarted()
+    return None
