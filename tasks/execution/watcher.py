@@ -29,6 +29,21 @@ from tasks.store.replies import text_or_none
 log = logging.getLogger("baton.watcher")
 
 POLL_SECONDS = 0.5
+
+# A SIGTERM that reaches a prefork pool child itself (sent to the worker's whole process group: systemd's default
+# KillMode, `pkill celery`, an init that signals the group) would end it at once, Celery's default there: a crash,
+# not a drain, and a write tool whose write-ahead entry was in, its effect not yet, was then never run. The child's
+# handler (tasks/runtime/drain.py) only bumps this epoch; the poller drains every unit that started before it.
+_signal_epoch = [0]
+_units_here = [0]  # units this process runs now (read by the signal handler, which must take no lock)
+_units_lock = threading.Lock()
+
+
+def drain_on_signal() -> bool:
+    """Drain the units this process runs now, from a signal handler (no lock taken, no I/O); True when there are any
+    (else there is nothing to hand over and the caller ends the process as before)."""
+    _signal_epoch[0] += 1
+    return _units_here[0] > 0
 # How long a unit leaving waits for a beat in flight to finish (so no beat acts for it once it is gone).
 LEAVE_WAIT_SECONDS = 2.0
 
@@ -51,11 +66,14 @@ class Watcher:
         self._renew_every = lease.ttl_ms / 3000
         self._renewed_at = time.monotonic()  # the lease was just taken, with a whole TTL
         self._poller: Poller | None = None
+        self._epoch = _signal_epoch[0]
 
     def start(self, *, poll: bool = True) -> Watcher:
         """Start beating; `poll=False` when the caller already read the flags (`seen`) with the lease."""
         if poll:
             self.poll_once()
+        with _units_lock:
+            _units_here[0] += 1
         self._poller = poller_for(self._client)
         self._poller.add(self)
         return self
@@ -63,6 +81,15 @@ class Watcher:
     def stop(self) -> None:
         if self._poller is not None:
             self._poller.discard(self)
+            with _units_lock:
+                _units_here[0] -= 1
+
+    def signalled(self) -> bool:
+        """Drain this unit if a SIGTERM reached this process after it started; True when it did."""
+        if self._epoch >= _signal_epoch[0]:
+            return False
+        self._cancel.cancel("drain")
+        return True
 
     def due(self, now: float) -> bool:
         """Whether the lease is due for renewal at this beat (half a poll early, so it is never late)."""
@@ -172,6 +199,9 @@ class Poller:
         with self._beating:
             with self._lock:
                 watchers = list(self._watchers.values())
+            # Before the round trip, which a store that is down would fail: a signalled drain needs no Redis.
+            if any([w.signalled() for w in watchers]):
+                log.warning("drain: this pool process got SIGTERM; its running units checkpoint and requeue")
             beat(self._client, watchers)
 
     def _run(self) -> None:

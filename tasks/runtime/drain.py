@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from config.topology import broker_kind
 from tasks import reach
 from tasks.app import app, settings
 from tasks.execution import wiring
+from tasks.execution.watcher import drain_on_signal
 from tasks.runtime.approval_expiry import expire_approvals
 from tasks.runtime.gevent_compat import call_off_the_hub
 from tasks.runtime.live_trim import trim_live_text
@@ -260,3 +262,33 @@ def _refuse_to_start(variable: str, err: Exception) -> None:
 def _on_child_start(**_: Any) -> None:
     # A forked child must not share the parent's sockets.
     wiring.forget_clients()
+    _prefork_child[0] = True
+
+
+# Celery resets a prefork child's SIGTERM, and billiard then makes it exit at once: a SIGTERM sent to the worker's
+# whole process group (systemd's default KillMode, `pkill celery`, an init that signals the group) made every running
+# unit a lost worker's, and a write tool between its write-ahead entry and its effect was never run (the resume may
+# not repeat it). The child's handler drains its units instead, as the master's drain flag does. It is installed when
+# the child's first task starts: billiard installs its own after the child's initializer, over one set there.
+_prefork_child = [False]
+_previous_sigterm: list[Any] = []
+
+
+@signals.task_prerun.connect
+def _on_task_start(**_: Any) -> None:
+    if _prefork_child[0] and not _previous_sigterm:
+        _previous_sigterm.append(signal.getsignal(signal.SIGTERM))
+        signal.signal(signal.SIGTERM, _child_sigterm)
+
+
+def _child_sigterm(signum: int, frame: Any) -> None:
+    """A SIGTERM that reached this pool child: drain its running units; a second one, or none running, ends it as
+    billiard's own handler would (billiard's terminate on a cold shutdown still ends the child)."""
+    previous = _previous_sigterm[0] if _previous_sigterm else signal.SIG_DFL
+    signal.signal(signal.SIGTERM, previous)
+    if drain_on_signal():
+        return
+    if callable(previous):
+        previous(signum, frame)
+    else:
+        os.kill(os.getpid(), signum)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -187,3 +189,31 @@ def test_sigkill_of_the_holder_is_recovered_by_another_worker_within_one_and_a_h
     assert counting_tools.calls(r, "record_note") == 1
     lost = [e for e in client.events(ref.run_id) if e.type == "run.interrupted"]
     assert [e.model_extra["cause"] for e in lost] == ["worker_lost"]
+
+
+def test_a_sigterm_to_the_whole_process_group_drains_a_write_in_flight_instead_of_losing_it(stack, tmp_path: Path):
+    """systemd's default KillMode, `pkill celery` and an init that signals the group send SIGTERM to the prefork
+    pool children too, where Celery's default ended them at once: the write in flight was a lost worker's, answered
+    `[Interrupted before result was recorded]` and never run again. Now the child drains: the started write gets
+    its grace and its result is recorded, the run moves on as a platform deploy, and every write ran once."""
+    stack.fake_api.set_handler(
+        Script([tool_call("blocking_write", {"note": "a"}), STALL, text("done")])  # the drain cuts the stall
+    )
+    worker_a = stack.worker("a", pool="prefork", concurrency=1)
+    client = stack.client()
+    ref = client.start_run("write two notes", workspace=tmp_path)
+    r = redis.Redis.from_url(stack.redis_server.url)
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None  # the write has started in the child
+    assert worker_a.proc is not None
+    os.killpg(worker_a.proc.pid, signal.SIGTERM)
+    r.rpush(counting_tools.RELEASE_KEY, "go")  # the write finishes inside its drain grace
+    assert worker_a.wait_exit(timeout=15) == 0
+    stack.worker("b")
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "done"
+    assert counting_tools.calls(r, "blocking_write") == 1
+    assert "WorkerLostError" not in worker_a.log()
+    results = [b for m in client.transcript(ref.run_id) for b in m.tool_results]
+    assert [b.content for b in results if b.synthesized] == []
+    causes = [e.model_extra["cause"] for e in client.events(ref.run_id) if e.type == "run.interrupted"]
+    assert causes == ["platform_deploy"]

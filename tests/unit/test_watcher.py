@@ -180,3 +180,28 @@ def test_a_cancellation_that_raises_does_not_keep_the_other_units_of_the_beat_fr
     r.set(keys.drain("w@h"), "1")
     watching.beat(r, [first, second])
     assert first_cancel.reason == "drain" and second_cancel.reason == "drain"
+
+
+def test_a_sigterm_drains_the_units_running_then_and_not_those_started_after(monkeypatch):
+    """A SIGTERM to a pool child drains what it runs at that moment, at the poller's next beat even with Redis
+    down; a unit started after it runs on (a child the signal reached alone goes on serving); with nothing
+    running, the handler is told there is nothing to hand over."""
+    monkeypatch.setattr(watching, "_signal_epoch", [0])
+    monkeypatch.setattr(watching, "_units_here", [0])
+    r = fakeredis.FakeRedis()
+    assert watching.drain_on_signal() is False  # nothing runs here: the child ends as before
+    before, cancel_before = _watcher(r)
+    poller = watching.Poller(r)
+    monkeypatch.setattr(watching, "poller_for", lambda client: poller)
+    before.start(poll=False)
+    assert watching.drain_on_signal() is True
+    r.delete(keys.lease(OWNER))  # the second unit's own lease (the helper takes OWNER's)
+    after, cancel_after = _watcher(r)
+    after.start(poll=False)
+    monkeypatch.setattr(watching, "beat", lambda *a, **k: (_ for _ in ()).throw(redis.ConnectionError("down")))
+    with pytest.raises(redis.ConnectionError):
+        poller.beat()
+    assert cancel_before.reason == "drain" and not cancel_after.is_set()
+    before.stop()
+    after.stop()
+    assert watching._units_here == [0]
