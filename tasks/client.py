@@ -63,6 +63,20 @@ class NotFound(LookupError):
     """No chat turn or run by that id."""
 
 
+BY_MAX = 200
+
+
+def _check_by(value: object) -> str | None:
+    """Who decided, as the caller names them: a name on one line, at most `BY_MAX` characters, outer blanks
+    dropped; None (or blank) when nobody is named (the event then says "someone"). It is what the caller says,
+    not an identity Baton checked: anyone who may decide may give any name."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.strip()) > BY_MAX or any(c < " " or c == "\x7f" for c in value):
+        raise ValidationError(f"by must be a name on one line of at most {BY_MAX} characters")
+    return value.strip() or None
+
+
 def _reaching(method: Callable[P, R]) -> Callable[P, R]:
     """The store's connection errors leave a public method as `Unavailable`, naming the store."""
 
@@ -332,6 +346,7 @@ class Client:
         self, ident: str, tool_use_id: str, decision: Decision, *, reason: str | None, by: str | None, kind: Kind | None
     ) -> dict[str, Any]:
         _check_id(tool_use_id, "tool_use_id")
+        by = _check_by(by)
         owner = self._owner(ident, kind)
         rec = find_waiting(self.redis, owner, tool_use_id)
         done = decide(self.redis, rec, tool_use_id, decision, reason=reason, by=by) if rec is not None else None

@@ -21,13 +21,13 @@ def decide(
     body: DecisionIn,
     client: deps.ClientDep,
 ) -> dict[str, Any]:
-    """`{"id", "tool_use_id", "decision"}`: the decision that stands (deciding twice keeps the first)."""
+    """`{"id", "tool_use_id", "decision"}`: the decision that stands (deciding twice keeps the first). `by`,
+    who decided, is checked by the client (a name on one line, at most 200 characters; else 422)."""
     check_id(ident, "chat_id" if kind == "chats" else "run_id")
     check_id(tool_use_id, "tool_use_id")
-    by = (body.by or "").strip()[:200] or None
     which: Literal["chat", "run"] = "chat" if kind == "chats" else "run"
     if which == "run":
         client.run_status(ident)  # 404 for an unknown run
     if body.approve:
-        return client.approve(ident, tool_use_id, by=by, kind=which)
-    return client.deny(ident, tool_use_id, reason=body.reason, by=by, kind=which)
+        return client.approve(ident, tool_use_id, by=body.by, kind=which)
+    return client.deny(ident, tool_use_id, reason=body.reason, by=body.by, kind=which)

@@ -7,6 +7,7 @@ unreachable (the message says which, and where), 2 bad input.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -60,12 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     p = cmd("approve", "approve a tool call that waits for approval")
     p.add_argument("id")
     p.add_argument("tool_use_id")
-    p.add_argument("--by", help="who decides (shown in the timeline)")
+    p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
     p = cmd("deny", "deny a tool call that waits for approval")
     p.add_argument("id")
     p.add_argument("tool_use_id")
     p.add_argument("--reason")
-    p.add_argument("--by", help="who decides (shown in the timeline)")
+    p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
     p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
@@ -109,6 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         client.close()
+
+
+def os_user() -> str | None:
+    """Who runs this command, as the OS names them: the audit trail's `by` when `--by` is not given. None
+    (the trail then reads "someone") where no name can be found: a container's uid without a passwd entry
+    and no LOGNAME/USER, say; an approval never fails for want of a name."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):  # 3.13+: OSError; before: pwd's KeyError; no pwd module at all
+        return None
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
@@ -158,10 +169,11 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         _emit(args, payload, "\n".join(render_message(m) for m in messages))
         return 0
     if args.command in ("approve", "deny"):
+        by = (args.by if args.by is not None else os_user()) or None
         if args.command == "approve":
-            out = client.approve(args.id, args.tool_use_id, by=args.by)
+            out = client.approve(args.id, args.tool_use_id, by=by)
         else:
-            out = client.deny(args.id, args.tool_use_id, reason=args.reason, by=args.by)
+            out = client.deny(args.id, args.tool_use_id, reason=args.reason, by=by)
         again = " (it was already decided)" if out.get("already_decided") else ""
         _emit(
             args,

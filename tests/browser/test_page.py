@@ -7,6 +7,8 @@ screenshot of what a person would have seen (tests/artifacts/, gitignored; see c
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -19,8 +21,8 @@ pytestmark = pytest.mark.integration
 WAIT_MS = 45_000  # a turn, a replay or a transcript refresh on a busy two-core machine; far above the need
 
 
-def open_chat(page: Page, served, chat_id: str) -> None:
-    page.goto(f"{served.url}/?chat={chat_id}")
+def open_chat(page: Page, served, chat_id: str, *, by: str | None = None) -> None:
+    page.goto(f"{served.url}/?chat={chat_id}" + (f"&{urlencode({'by': by})}" if by else ""))
     expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
 
 
@@ -174,7 +176,8 @@ def test_a_run_view_lists_its_steps(served, page, shoot, tmp_path):
 
 def test_an_approval_card_approves_and_the_answer_follows(served, page, shoot):
     """A write tool that needs approval parks the turn: the page shows the call with Approve / Deny; Approve
-    runs it once on the worker and the model's answer streams in; the timeline shows the request and approval."""
+    runs it once on the worker and the model's answer streams in; the timeline shows the request and approval,
+    and who approved: the name the page was given (`&by=`), recorded with the decision (issue 31)."""
     from tests.support import counting_tools
 
     chat, message = "page-approve", "page-approve: deploy to staging"
@@ -182,7 +185,7 @@ def test_an_approval_card_approves_and_the_answer_follows(served, page, shoot):
         message,
         [tool_call("deploy", {"env": "staging"}, id="toolu_page_deploy"), text("Deployed to staging, as approved.")],
     )
-    open_chat(page, served, chat)
+    open_chat(page, served, chat, by="Ada Lovelace")
     send(page, message)
     card = page.get_by_test_id("approval")
     expect(card).to_be_visible(timeout=WAIT_MS)
@@ -191,6 +194,10 @@ def test_an_approval_card_approves_and_the_answer_follows(served, page, shoot):
     shoot(page, "6-approval-requested")
     card.get_by_test_id("approve-button").click()
     expect(final_text(page)).to_have_text("Deployed to staging, as approved.", timeout=WAIT_MS)
-    expect(page.locator('[data-testid="timeline-event"][data-type="tool.approved"]')).to_have_count(1)
+    approved = page.locator('[data-testid="timeline-event"][data-type="tool.approved"]')
+    expect(approved).to_have_count(1)
+    expect(approved).to_contain_text("by Ada Lovelace")
+    (event,) = [e for e in served.client.events(chat) if e.type == "tool.approved"]
+    assert event.model_extra["by"] == "Ada Lovelace"
     assert counting_tools.calls(served.client.redis, "deploy") == 1
     shoot(page, "6-approval-approved")

@@ -88,8 +88,8 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bare]:
         redis_server.stop()
 
 
-def open_chat(page: Page, bare: Bare, chat_id: str) -> None:
-    page.goto(f"{bare.api.url}/?chat={chat_id}")
+def open_chat(page: Page, bare: Bare, chat_id: str, query: str = "") -> None:
+    page.goto(f"{bare.api.url}/?chat={chat_id}{query}")
     expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
 
 
@@ -199,7 +199,8 @@ def test_the_contract_notices_show_as_calm_notes_and_a_deploy_replay_clears_its_
 
 def test_an_approval_request_offers_approve_and_deny_and_posts_the_decision(bare, page, shoot):
     """`tool.approval_requested` shows the call with Approve and Deny; Approve posts `{"approve": true}` to
-    .../approvals/{tool_use_id}; `tool.approved` marks it decided."""
+    .../approvals/{tool_use_id}, with `"by"` the name the page was given (`&by=`, as the app names its
+    signed-in user); `tool.approved` marks it decided and the timeline says by whom."""
     feed = bare.feed("contract-approval")
     turn = "t-approve1"
     feed.event("turn.queued", turn_id=turn)
@@ -219,7 +220,7 @@ def test_an_approval_request_offers_approve_and_deny_and_posts_the_decision(bare
             body=json.dumps({"id": feed.chat_id, "tool_use_id": "toolu_rm1", "decision": "approved"}),
         ),
     )
-    open_chat(page, bare, feed.chat_id)
+    open_chat(page, bare, feed.chat_id, query="&by=Grace%20Hopper")
     card = page.get_by_test_id("approval")
     expect(card).to_be_visible(timeout=WAIT_MS)
     expect(card).to_contain_text("remove_files")
@@ -230,9 +231,11 @@ def test_an_approval_request_offers_approve_and_deny_and_posts_the_decision(bare
         card.get_by_test_id("approve-button").click()
     assert sent.value.method == "POST"
     assert sent.value.url.endswith(f"/api/chats/{feed.chat_id}/approvals/toolu_rm1")
-    assert sent.value.post_data_json == {"approve": True}
-    feed.event("tool.approved", turn_id=turn, tool_use_id="toolu_rm1")
+    assert sent.value.post_data_json == {"approve": True, "by": "Grace Hopper"}
+    feed.event("tool.approved", turn_id=turn, tool_use_id="toolu_rm1", by="Grace Hopper")
     expect(card).to_have_attribute("data-decision", "approved", timeout=WAIT_MS)
+    approved = page.locator('[data-testid="timeline-event"][data-type="tool.approved"]')
+    expect(approved.locator(".tl-detail")).to_have_text("by Grace Hopper")
 
 
 def test_the_token_in_the_page_address_goes_on_every_api_call(bare, page):

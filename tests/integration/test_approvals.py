@@ -148,12 +148,15 @@ def test_a_coding_run_waits_for_approval_and_the_cli_decides(stack, tmp_path):
     ref = client.start_run("deploy the app", workspace=workspace)
     status = client.wait(ref, timeout=30)
     assert (status.status, status.waiting_reason) == ("waiting", "approval")
+    # No --by: the OS user decides (getpass reads LOGNAME first), so the audit trail names them.
     out = subprocess.run(
         [sys.executable, "-m", "tasks.cli", "approve", ref.run_id, "toolu_deploy", "--json"],
-        cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=60,
+        cwd=REPO, env={**stack.env, "LOGNAME": "deploy-operator"}, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"id": ref.run_id, "tool_use_id": "toolu_deploy", "decision": "approved"}
+    (approved,) = [e for e in client.events(ref.run_id) if e.type == "tool.approved"]
+    assert approved.model_extra["by"] == "deploy-operator"
     status = client.wait(ref, timeout=30)
     assert status.status == "completed" and status.reply == "Run finished after the deploy."
     assert counting_tools.calls(r, "deploy") == 1

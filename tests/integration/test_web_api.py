@@ -168,6 +168,7 @@ def test_bad_input_is_422_with_a_message(stack, serve):
         api.post("/api/runs", {"goal": "g", "workspace": "/no/such/dir"}),
         api.post("/api/runs", {"goal": "g", "workspace": "/tmp", "run_id": "bad id"}),
         api.post("/api/chats/c5/approvals/toolu_1", {"approve": "yes"}),
+        api.post("/api/chats/c5/approvals/toolu_1", {"approve": True, "by": "x" * 201}),
         api.get("/api/chats/c5/stream?after=not-an-id"),
         api.get("/api/chats/bad%20id/stream"),
         api.get("/api/chats/c5/stream", headers={"Last-Event-ID": "12"}),
@@ -181,6 +182,7 @@ def test_bad_input_is_422_with_a_message(stack, serve):
     assert "not valid JSON" in cases[3][1]["detail"]
     assert "Content-Type: application/json" in cases[5][1]["detail"]
     assert "workspace" in cases[9][1]["detail"]
+    assert "by must be a name on one line of at most 200 characters" in cases[12][1]["detail"]
 
 
 def test_unknown_ids_are_404(stack, serve):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from dataclasses import replace
@@ -9,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from agent.cancel import CancelToken
+from agent.context import result_cap_chars
 from agent.edge import LoopConfig, LoopFailure
 from agent.errors import Cancelled
 from agent.failures import FailureClass
@@ -19,7 +21,7 @@ from agent.policy import Backoff, Driver
 from agent.provider.replay import RequestFailed
 from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_fault, reply_text, reply_tool
 from agent.state import LoopState
-from agent.tools import by_name, tool
+from agent.tools import RESULT_CAP_CHARS, by_name, tool
 
 CONFIG = LoopConfig(
     owner_id="chat-1",
@@ -122,6 +124,46 @@ def test_identical_read_is_deduplicated(kit):
     assert kit.calls == {"lookup": 1}
     assert [e.status for e in state.tool_log] == ["ok", "deduplicated"]
     assert state.messages[3].tool_results[0].content == "value-of-a"
+
+
+@pytest.mark.parametrize(("size", "cut_chars"), [(8_192, 5_219), (20_000, 17_028)])
+def test_a_capped_read_served_again_says_the_same_cut(kit, size, cut_chars):
+    """Issue 31: under a small budget (`BATON_CONTEXT_TOKENS=6000`, a 3,000-character result cap) an 8 KB read
+    reaches the model within the cap, with the exact count of what was cut, and the same read served again
+    from the dedup map is the same text: it is not capped a second time into a marker of a few characters.
+    A 20 KB read is capped by `execute` (16,000) before it is recorded: the count is still of the original."""
+    text = "".join(f"{i:x}." for i in range(size))[:size]
+
+    @tool(effect="read")
+    def read_file(path: str) -> str:
+        """Read a file."""
+        kit.calls["read_file"] += 1
+        return text
+
+    kit.tools = {**kit.tools, "read_file": read_file}
+    config = replace(CONFIG, context_tokens=6_000)
+    cap = result_cap_chars(config.context_tokens, RESULT_CAP_CHARS)
+    assert cap == 3_000
+    state, provider = kit.run(
+        [
+            reply_tool("read_file", {"path": "big.txt"}, call_id="c1"),
+            reply_tool("read_file", {"path": "big.txt"}, call_id="c2"),
+            reply_text("done"),
+        ],
+        config=config,
+    )
+    assert kit.calls == {"read_file": 1}
+    assert [e.status for e in state.tool_log] == ["ok", "deduplicated"]
+    first, second = (m.tool_results[0].content for m in (state.messages[1], state.messages[3]))
+    assert first == second
+    assert len(first) <= cap
+    parts = re.fullmatch(r"(.*)\n\[… (\d+) characters cut …\]\n(.*)", first, re.DOTALL)
+    assert parts is not None
+    head, cut, tail = parts.group(1), int(parts.group(2)), parts.group(3)
+    assert text.startswith(head) and text.endswith(tail)
+    assert cut == len(text) - len(head) - len(tail) == cut_chars
+    sent = [b for m in provider.requests[2].messages for b in m["content"] if b.get("type") == "tool_result"]
+    assert [b["content"] for b in sent] == [first, first]
 
 
 def test_read_runs_again_after_a_write(kit):

@@ -162,14 +162,18 @@ def test_idempotency_key_injected_only_when_declared():
 
 
 def test_cap_result_keeps_head_and_tail_and_marks_the_cut():
-    """Results over the cap keep their head (3/4 of the cap) and tail (1/4), with a marker between them saying
-    how much was cut; others pass untouched."""
+    """Results over the cap keep their head (3/4 of what fits beside the marker) and tail (the rest), with a
+    marker between them saying how much was cut, all within the cap; others pass untouched. The properties
+    are in test_cap_result.py."""
     exact = "x" * RESULT_CAP_CHARS
     assert cap_result(exact) is exact
     capped = cap_result("y" * (RESULT_CAP_CHARS + 10))
-    assert capped == "y" * (RESULT_CAP_CHARS * 3 // 4) + "\n[… 10 characters cut …]\n" + "y" * (RESULT_CAP_CHARS // 4)
-    assert cap_result("abcdefghij", limit=4) == "abc\n[… 6 characters cut …]\nj"
-    assert cap_result("abcdef", limit=3) == "abc\n[… 3 characters cut …]\n"
+    marker = "\n[… 35 characters cut …]\n"
+    kept = RESULT_CAP_CHARS - len(marker)
+    assert capped == "y" * (kept - kept // 4) + marker + "y" * (kept // 4)
+    assert len(capped) == RESULT_CAP_CHARS
+    assert cap_result("abcdefghij" * 4, limit=30) == "abcd\n[… 35 characters cut …]\nj"
+    assert cap_result("abcdefghij", limit=4) == "abcd"  # no room for the marker: the head alone
 
 
 def test_execute_caps_tool_output():
@@ -180,7 +184,8 @@ def test_execute_caps_tool_output():
         return "z" * (RESULT_CAP_CHARS * 2)
 
     outcome = execute(big, {})
-    assert f"[… {RESULT_CAP_CHARS} characters cut …]" in outcome.content
+    assert len(outcome.content) == RESULT_CAP_CHARS
+    assert f"[… {RESULT_CAP_CHARS + 28} characters cut …]" in outcome.content
 
 
 def test_load_tools_reads_lists_of_tools():

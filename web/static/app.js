@@ -15,6 +15,9 @@ import { byId } from "./dom.js";
 
 const params = new URLSearchParams(window.location.search);
 const token = params.get("token") || "";
+// Who decides approvals made here, for the audit trail (`tool.approved` / `tool.denied` carry it): the app
+// that links to the page names its signed-in user with `&by=NAME`, as it passes `&token=`. Unset: no name.
+const by = (params.get("by") || "").trim();
 const runId = params.get("run");
 let chatId = params.get("chat");
 if (!runId && !chatId) {
@@ -267,7 +270,7 @@ async function onRetry(event) {
 async function decide(toolUseId, approve) {
   showError("");
   try {
-    await api("POST", `${base}/approvals/${encodeURIComponent(toolUseId)}`, { approve });
+    await api("POST", `${base}/approvals/${encodeURIComponent(toolUseId)}`, by ? { approve, by } : { approve });
   } catch (err) {
     showError(err.message);
   }

@@ -72,6 +72,7 @@ function detailOf(type, ev) {
     parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded}${tokens}`);
   }
   if (type === "tool.called" && ev.input) parts.push(compactJson(ev.input));
+  if ((type === "tool.approved" || type === "tool.denied") && ev.by) parts.push(`by ${ev.by}`);
   return parts.join(" · ");
 }
 
