@@ -70,6 +70,8 @@ class Worker:
     def start(self, timeout: float = 30) -> Worker:
         queue = self.env["BATON_QUEUE"]
         cmd = worker_command(queue, self.hostname, concurrency=self.concurrency, pool=self.pool)
+        if hasattr(self, "_log"):  # started again after an exit: the earlier run's handle is done with
+            self._log.close()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
