@@ -170,7 +170,9 @@ def _tool_step(
         outcome, status = ToolOutcome(entry.content, entry.is_error), "deduplicated"
     else:
         idempotency_key = f"{config.owner_id}:{call.id}"
-        if effect == "write" and recorded is None:
+        # An `unconfirmed` entry: the store's replica did not confirm it in time and the tool never started (the
+        # edge raised before it could), so this execution writes it again and runs the tool.
+        if effect == "write" and (recorded is None or recorded["status"] == "unconfirmed"):
             edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
         ran = _run_cancellable(tool, call.input, idempotency_key, cancel, config)
         if ran is None:
