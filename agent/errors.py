@@ -6,23 +6,38 @@ from typing import Literal
 
 
 class BatonError(Exception):
-    """Base of every error Baton raises on purpose."""
+    """Base of every error Baton raises on purpose.
+
+    Each one declares `failure_class` (a `FailureClass` value; a class attribute, or set per instance), which is
+    what `agent.failures.classify` maps it to: an error Baton raises is never `unknown`, which stays for what
+    nobody foresaw (tests/unit/test_failures.py walks every subclass to hold that).
+    """
+
+    failure_class: str
 
 
 class ToolError(BatonError):
     """A tool refused or failed a call; the loop turns it into an `is_error` tool_result."""
 
+    failure_class = "tool_error"
+
 
 class ToolDefinitionError(BatonError):
     """A function cannot be a tool (missing hints, unsupported parameter types, bad effect)."""
+
+    failure_class = "tool_error"
 
 
 class ToolLoadError(BatonError):
     """`BATON_TOOLS` names something that is not a list of tools."""
 
+    failure_class = "tool_error"  # the unit's tools cannot run; retryable once the worker's BATON_TOOLS is mended
+
 
 class CueLoadError(BatonError):
     """`BATON_SCRIPTED_CUES` names something that is not a mapping of texts to scripted cues."""
+
+    failure_class = "provider_bad_request"  # the (scripted) provider cannot be built: re-sending cannot help
 
 
 class ProviderError(BatonError):
@@ -36,6 +51,8 @@ class ProviderError(BatonError):
 
 class LeaseLost(BatonError):
     """Another execution owns this chat or run now; a stale holder must not write."""
+
+    failure_class = "infra_transient"  # a lost lease is a lost worker's: the execution that took it goes on
 
 
 CancelReason = Literal["stop", "drain"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agent.errors import Cancelled, ProviderError, ToolError
+from agent.errors import BatonError, Cancelled
 
 
 class FailureClass(StrEnum):
@@ -125,12 +125,10 @@ def _classify_one(exc: BaseException) -> Classified | None:
     import anthropic
     import httpx2
 
-    if isinstance(exc, ProviderError):
-        return Classified(FailureClass(exc.failure_class))
+    if isinstance(exc, BatonError) and getattr(exc, "failure_class", None) is not None:
+        return Classified(FailureClass(exc.failure_class))  # its own declaration (agent/errors.py)
     if isinstance(exc, Cancelled):
         return Classified(FailureClass.CANCELLED)
-    if isinstance(exc, ToolError):
-        return Classified(FailureClass.TOOL_ERROR)
     if isinstance(exc, StreamStalled | httpx2.ReadTimeout | anthropic.APITimeoutError):
         return Classified(FailureClass.PROVIDER_STALL)
     if isinstance(exc, anthropic.APIStatusError):

@@ -161,3 +161,17 @@ def after_interruption(count_after_increment: int, max_interruptions: int, *, ha
     """A run resumes while its durable interruption count stays within the limit, never blindly."""
     resume = has_record and count_after_increment <= max_interruptions
     return Interruption(resume, count_after_increment, max_interruptions)
+
+
+# A write tool whose write-ahead entry the store's replicas did not confirm in time (WAIT timed out) waits, with
+# the backoff, and its unit is resumed from its journal, this many times before it fails as `infra_transient`.
+# Not `auto_resumes`: a wait re-runs nothing (the journal replays what ran, no provider call is repeated), so it
+# costs the owner nothing but time. About a minute and a half with the default backoff and the 2 s WAIT: longer
+# than Redis's default `repl-timeout` (60 s), after which a master drops a replica that stopped acknowledging,
+# and the write then goes ahead with none to wait for (stated unreplicated).
+MAX_REPLICATION_WAITS = 12
+
+
+def after_unconfirmed(waits: int, max_waits: int = MAX_REPLICATION_WAITS) -> Interruption:
+    """A write tool's entry went unconfirmed for the `waits`-th time: wait and resume, or fail past the limit."""
+    return Interruption(waits <= max_waits, waits, max_waits)

@@ -170,7 +170,10 @@ def _tool_step(
         outcome, status = ToolOutcome(entry.content, entry.is_error), "deduplicated"
     else:
         idempotency_key = f"{config.owner_id}:{call.id}"
-        if effect == "write" and (recorded is None or recorded["status"] == "withdrawn"):
+        # An entry whose tool never started, so this execution writes it again and runs the tool: `withdrawn` (a
+        # drain's grace ended before its thread began it) or `unconfirmed` (the store's replica did not confirm it in
+        # time, and the edge raised before the tool could start).
+        if effect == "write" and (recorded is None or recorded["status"] in NEVER_STARTED):
             edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
         ran = _run_cancellable(tool, call.input, idempotency_key, cancel, config)
         if isinstance(ran, NotStarted):
@@ -234,6 +237,9 @@ def _account(
             content=block.content, is_error=block.is_error, mutations=state.mutations
         )
     state.tool_log.append(ToolLogEntry(id=call.id, name=call.name, effect=effect, status=status))
+
+
+NEVER_STARTED = ("withdrawn", "unconfirmed")  # write-ahead entries of calls known never to have started
 
 
 class NotStarted:

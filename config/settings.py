@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     # and the monitored master's name. BATON_REDIS_URL then gives only the password and the database number.
     redis_sentinels: str = Field("", pattern=r"^(\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*)?$")
     redis_master: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    # Behind Sentinel, a write tool's write-ahead entry waits for this many replicas at most (fewer when the
+    # master has fewer online: tasks/store/replicas.py). 0 waits for none, and every write is stated unreplicated.
+    redis_min_replicas: int = Field(1, ge=0, le=100)
     provider: Literal["anthropic", "scripted"] = "anthropic"
     model: str = Field(DEFAULT_MODEL, min_length=1)
     tools: str = ""

@@ -9,6 +9,7 @@ import redis
 from celery import Task
 from celery.exceptions import Ignore, Reject
 
+from agent.errors import BatonError
 from config.topology import broker_countdown
 from tasks.app import settings
 from tasks.execution.flow import Execution
@@ -17,16 +18,23 @@ from tasks.execution.settling import HandOff, Outcome
 log = logging.getLogger("baton.tasks")
 
 
-class PlatformInterrupt(Exception):
+class PlatformInterrupt(BatonError):
     """The worker is draining (a deploy); the unit was checkpointed and requeued at no cost to the owner."""
 
-
-class AutoResume(Exception):
-    """A retryable provider failure after a tool round; retried once, resuming from the stored round."""
+    failure_class = "infra_transient"
 
 
-class StoreUnavailable(Exception):
+class AutoResume(BatonError):
+    """A unit retried by itself: a retryable provider failure after a tool round (resuming from the stored round),
+    or a write tool waiting for the store's replica to confirm its write-ahead entry (resuming its journal)."""
+
+    failure_class = "infra_transient"
+
+
+class StoreUnavailable(BatonError):
     """The store could not be reached; the message is published again to try later."""
+
+    failure_class = "infra_transient"
 
 
 STORE_RETRY_SECONDS = 1.0

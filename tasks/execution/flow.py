@@ -27,7 +27,7 @@ from agent.messages import (
     notice,
     user_text,
 )
-from agent.policy import Driver
+from agent.policy import Driver, policy_for
 from agent.provider.replay import RequestFailed
 from agent.rounds import load_round, seed_state, usable_round
 from agent.state import LoopState, Usage
@@ -38,12 +38,13 @@ from tasks.execution.live import RedisLiveText
 from tasks.execution.settling import Outcome, Settling, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
-from tasks.store.failover import behind_sentinel, replication_id
-from tasks.store.fenced import Batch, Fence, fill
+from tasks.store.failover import behind_sentinel, replid
+from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
 from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
+from tasks.store.replicas import REPLICAS
 from tasks.store.replies import text_or_none
 from tasks.store.take import HISTORY_LEN, TEXT, Taken, take
 
@@ -76,6 +77,7 @@ class Execution(Settling):
         self.cancel = CancelToken()
         self.live: RedisLiveText | None = None
         self.replication_id: str | None = None
+        self.journal: RedisJournal | None = None
 
     def run(self) -> Outcome:
         unit, client = self.unit, self.client
@@ -90,7 +92,10 @@ class Execution(Settling):
         )
         # Behind Sentinel, where the store can fail over under this execution: read now (before `take` may
         # write the start), compared at the settle.
-        self.replication_id = replication_id(client) if behind_sentinel(client) else None
+        if behind_sentinel(client):
+            info = client.info("replication")
+            self.replication_id = replid(info)
+            REPLICAS.note(client, info)  # the replicas a write tool's entry waits for, read in the same reply
         # One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
         # (the common case, a unit's first start) the start itself.
         taken = take(
@@ -157,10 +162,11 @@ class Execution(Settling):
             raise  # the store is unreachable: nothing can be settled; the lease sweep recovers the unit
         except Exception as err:
             log.exception("unexpected error in %s %s", unit.owner_id, unit.unit_id)
+            failure_class = classify(err).failure_class  # `unknown` only for what nobody foresaw
             failure = Failure.model_validate(
                 {
-                    "class": str(classify(err).failure_class),
-                    "retryable": False,
+                    "class": str(failure_class),
+                    "retryable": policy_for(unit.driver, failure_class).retryable,
                     "message": f"{type(err).__name__}: {err}",
                 }
             )
@@ -224,7 +230,9 @@ class Execution(Settling):
             unit_id=unit.unit_id,
             generation=rec.generation,
             loaded=loaded.journal,
+            min_replicas=settings.redis_min_replicas,
         )
+        self.journal = journal
         if loaded.stop in (unit.unit_id, "*"):  # read with the lease (the watcher has cancelled already)
             if not journal.steps:
                 return self._settle_stopped(rec, LoopState())
@@ -267,6 +275,8 @@ class Execution(Settling):
             return self._failed(rec, state, err)
         except AwaitingApproval as waiting:
             return self._park(rec, state, waiting.pending)
+        except ReplicationUnconfirmed as unconfirmed:
+            return self._unconfirmed(rec, state, unconfirmed)
         return self._settle(rec, state, "completed", None)
 
     def _first_start(self, text: str, history_len: int | str, now: float) -> Batch:

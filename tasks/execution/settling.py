@@ -17,7 +17,7 @@ from agent.events import encode_event
 from agent.failures import FailureClass
 from agent.history import backfill_dangling_calls
 from agent.messages import DEPLOY_NOTICE, STOPPED_NOTICE, Message, dump_message, notice
-from agent.policy import Driver, after_failure, after_interruption, compute_backoff
+from agent.policy import Driver, after_failure, after_interruption, after_unconfirmed, compute_backoff, policy_for
 from agent.provider.replay import RequestFailed
 from agent.rounds import build_round
 from agent.state import LoopState, tool_summary
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from config.settings import Settings
     from tasks.execution.live import RedisLiveText
-    from tasks.store.fenced import Fence
+    from tasks.store.fenced import Fence, ReplicationUnconfirmed
+    from tasks.store.journal import RedisJournal
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Settling:
     fence: Fence
     live: RedisLiveText | None
     replication_id: str | None
+    journal: RedisJournal | None
 
     def _event(self, batch: Batch, kind: str, data: dict[str, object]) -> None:
         batch.xadd(keys.events(self.unit.owner_id), encode_event(kind, self.unit.owner_id, {**self._ids(), **data}))
@@ -168,6 +170,10 @@ class Settling:
         data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
         if failover:
             data["store_failover"] = True
+        unreplicated = self.journal.unreplicated() if self.journal is not None else []
+        if unreplicated:
+            # Write tools that ran with no replica to confirm their write-ahead entry (tasks/store/replicas.py).
+            data["unreplicated"] = unreplicated
         if status != "completed":
             data.update(self._cut())  # text the unit was streaming when it failed or stopped is void
         if failure is not None:
@@ -352,3 +358,46 @@ class Settling:
         batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
         self.fence.commit(batch)
         return Outcome("requeue", f"platform interrupt: {text}")
+
+    def _unconfirmed(self, rec: UnitRecord, state: LoopState, err: ReplicationUnconfirmed) -> Outcome:
+        """A write tool's write-ahead entry that no replica confirmed in time: the tool did not run. The unit goes
+        back to the queue, keeping its journal, and is resumed after the policy's backoff (the journal replays what
+        ran, and the tool runs once its entry is confirmed); past `MAX_REPLICATION_WAITS` it fails as
+        `infra_transient`, retryable."""
+        unit, cls = self.unit, FailureClass.INFRA_TRANSIENT
+        verdict = after_unconfirmed(err.waits)
+        if not verdict.resume:
+            failure = Failure.model_validate(
+                {
+                    "class": str(cls),
+                    "retryable": policy_for(unit.driver, cls).retryable,
+                    "message": f"{err} (unconfirmed {err.waits} times)",
+                }
+            )
+            note = notice("error", f"Failed ({cls}): {failure.message}", unit.unit_id)
+            return self._settle(rec, state, "failed", failure, extra=[note], round_raw=self._stored_round(state))
+        delay = compute_backoff(verdict.attempt, wiring.backoff(self.settings))
+        log.info("%s %s waits %.1fs for the store's replica: %s", unit.event_prefix, unit.unit_id, delay, err)
+        batch = Batch()
+        batch.hset(unit.record_key, {"status": "queued", "updated_at": time.time()})
+        waiting = {
+            "discarded": False,  # nothing streamed is void: the model step that asked for the tool is journaled
+            "class": str(cls),
+            "reason": str(err),
+            "replication_wait": verdict.attempt,
+            "max_replication_waits": verdict.max_attempts,
+            "retry_in": round(delay, 3),
+        }
+        if unit.driver is Driver.CHAT_TURN:
+            asked = state.messages[-1].message_id if state.messages else None
+            self._event(batch, "turn.retry", {"message_id": asked or f"{unit.unit_id}:m{state.rounds_used}", **waiting})
+        else:
+            self._event(
+                batch,
+                "run.step",
+                {"step": err.step_id, "kind": "tool", "name": err.name, "status": "unconfirmed", **waiting},
+            )
+        batch.add("DEL", keys.lease(unit.owner_id))
+        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
+        self.fence.commit(batch)
+        return Outcome("auto_resume", f"{cls}: waiting for the store's replica", delay)

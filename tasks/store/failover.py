@@ -26,7 +26,11 @@ def behind_sentinel(client: redis.Redis) -> bool:
 
 def replication_id(client: redis.Redis) -> str | None:
     """The master's current replication id (one round trip), or None when the store does not say."""
-    info = client.info("replication")
+    return replid(client.info("replication"))
+
+
+def replid(info: object) -> str | None:
+    """The replication id in an `INFO replication` reply, or None when it does not say."""
     value = info.get("master_replid") if isinstance(info, dict) else None
     return str(value) if value else None
 

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from agent.errors import LeaseLost
+from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
 
 # Runs a batch's ops (a JSON list of [command, key index, args...]) after the script's own checks: an op's key is
@@ -152,8 +152,20 @@ class Batch:
         return json.dumps(compacted(self.ops) if compact else self.ops)
 
 
-class ReplicationUnconfirmed(Exception):
-    """A write the store's replicas did not confirm in time: a failover now could lose it."""
+class ReplicationUnconfirmed(BatonError):
+    """A write the store's replicas did not confirm in time: a failover now could lose it.
+
+    Transient: the replica catches up, or the master drops it (`repl-timeout`) and has none left to wait for.
+    `step_id`, `name` and `waits` say which write tool waits and how many times its entry went unconfirmed.
+    """
+
+    failure_class = "infra_transient"
+
+    def __init__(self, message: str, *, step_id: str = "", name: str = "", waits: int = 0) -> None:
+        super().__init__(message)
+        self.step_id = step_id
+        self.name = name
+        self.waits = waits
 
 
 class Fence:

@@ -18,6 +18,7 @@ from agent.events import encode_event
 from tasks.store import keys
 from tasks.store.failover import behind_sentinel
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
+from tasks.store.replicas import REPLICAS, replicas_to_confirm
 from tasks.store.replies import text
 
 JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not outlive a week
@@ -38,8 +39,10 @@ class RedisJournal:
         generation: int,
         steps_before: int = 0,
         loaded: Mapping[bytes | str, bytes | str] | None = None,
+        min_replicas: int = 1,
     ) -> None:
-        """`loaded`: the journal hash as already read (with the lease, in the same round trip); else read here."""
+        """`loaded`: the journal hash as already read (with the lease, in the same round trip); else read here.
+        `min_replicas`: `BATON_REDIS_MIN_REPLICAS`."""
         self._fence = fence
         self._client = client
         self._decisions: dict[str, dict[str, Any]] | None = None
@@ -53,9 +56,11 @@ class RedisJournal:
         }
         self._armed_at: float | None = None  # when this execution last set the journal's expiry
         self.done_steps = steps_before + sum(1 for s in self.steps.values() if s.get("status") == "done")
-        # Behind Sentinel, a write tool's write-ahead entry must reach a replica before the tool runs: Redis
-        # replicates asynchronously, and a failover that lost the entry would let a replay run the tool again.
-        self.confirm_replicas = 1 if behind_sentinel(client) else 0
+        # Behind Sentinel, a write tool's write-ahead entry must reach the master's replicas (at most
+        # `min_replicas`) before the tool runs: Redis replicates asynchronously, and a failover that lost the entry
+        # would let a replay run the tool again (tasks/store/replicas.py).
+        self.sentinel = behind_sentinel(client)
+        self.min_replicas = min_replicas
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive
@@ -74,6 +79,20 @@ class RedisJournal:
         replication id first, so there the step is written at once), and a crash before the joint write re-asks
         the model exactly as a crash before the step's own write would have; after it, the unit is settled.
         """
+        prior = self.steps.get(step_id)
+        confirm = 0
+        if record.get("status") == "committing" and self.sentinel:
+            confirm = replicas_to_confirm(REPLICAS.count(self._client), self.min_replicas)
+            if not confirm:
+                # No replica online (right after a failover, say): nothing a failover could promote over the entry,
+                # so the tool runs, and its outcome says it ran unreplicated.
+                record = {**record, "unreplicated": True}
+        elif record.get("status") == "done" and prior is not None and prior.get("unreplicated"):
+            # The edge, not the loop, knows how the entry was written: the tool's result and its event say it too.
+            record = {**record, "unreplicated": True}
+            events = [
+                (kind, {**data, "unreplicated": True} if kind == "tool.result" else data) for kind, data in events
+            ]
         batch = Batch().hset(self.key, {step_id: json.dumps(record)}, raw=True)
         now = time.monotonic()
         arming = self._armed_at is None or now - self._armed_at >= JOURNAL_REARM_SECONDS
@@ -85,15 +104,12 @@ class RedisJournal:
                 fields["usage"] = record["unit_usage"]
             batch.hset(self.record_key, fields)
         self.add_events(batch, events)
-        if record.get("status") == "committing" and self.confirm_replicas:
+        if confirm:
             try:
-                self._fence.commit(batch, replicas=self.confirm_replicas, timeout_ms=REPLICA_CONFIRM_MS)
+                self._fence.commit(batch, replicas=confirm, timeout_ms=REPLICA_CONFIRM_MS)
             except ReplicationUnconfirmed as err:
-                raise ReplicationUnconfirmed(
-                    f"the write tool {record.get('name')!r} was not run: {err}, so a failover could lose its "
-                    "write-ahead entry and a replay run it twice"
-                ) from None
-        elif last and not self.confirm_replicas:
+                raise self._unconfirmed(step_id, record, prior, err) from None
+        elif last and not self.sentinel:
             self._fence.hold(batch)
         else:
             self._fence.commit(batch)
@@ -102,6 +118,36 @@ class RedisJournal:
         if record.get("status") == "done" and step_id != "seed":
             self.done_steps += 1
         self.steps[step_id] = record
+
+    def _unconfirmed(
+        self, step_id: str, record: dict[str, Any], prior: dict[str, Any] | None, err: ReplicationUnconfirmed
+    ) -> ReplicationUnconfirmed:
+        """Mark a write-ahead entry no replica confirmed as `unconfirmed`, and say why the tool did not run.
+
+        The entry is on the master, but the tool never started: an execution that resumes the unit must run it,
+        not answer it `[Interrupted before result was recorded]` as it would a `committing` entry. The mark is a
+        write of its own (WAIT only answers after the entry's write): a failover that kept the entry and lost the
+        mark leaves `committing`, and the call is then answered as interrupted, never run twice.
+        """
+        REPLICAS.forget(self._client)  # the count WAIT asked for may be stale: a replica gone, a new master
+        waits = int(prior.get("waits", 0)) + 1 if prior is not None and prior.get("status") == "unconfirmed" else 1
+        name = str(record.get("name"))
+        mark = {"kind": "tool", "status": "unconfirmed", "name": name, "waits": waits}
+        self._fence.commit(Batch().hset(self.key, {step_id: json.dumps(mark)}, raw=True))
+        self.steps[step_id] = mark
+        return ReplicationUnconfirmed(
+            f"the write tool {name!r} was not run: {err}, so a failover could lose its write-ahead entry and a "
+            "replay run it twice",
+            step_id=step_id,
+            name=name,
+            waits=waits,
+        )
+
+    def unreplicated(self) -> list[str]:
+        """The tool_use_ids of this generation's write tools that ran with no replica to confirm their entry."""
+        return sorted(
+            step[5:] for step, rec in self.steps.items() if step.startswith("tool:") and rec.get("unreplicated")
+        )
 
     def emit(self, events: list[EventDraft]) -> None:
         batch = Batch()

@@ -164,3 +164,96 @@ def test_retry_after_parsing(value, expected):
     """Seconds are taken as is (never negative), a date is measured from `now`, garbage is None."""
     now = email.utils.parsedate_to_datetime("Wed, 21 Oct 2015 07:28:00 GMT").timestamp()
     assert retry_after_seconds(value, now=now) == expected
+
+
+# -- every exception Baton raises maps to a class: `unknown` stays for what nobody foresaw -----------------------
+
+PROJECT_PACKAGES = ("agent", "tasks", "config")
+
+# Not a unit's failure, so never classified: each is named with where it goes instead. Anything else the project
+# defines must map to a class other than `unknown`.
+NOT_A_UNITS_FAILURE = {
+    "agent.errors.AwaitingApproval": "a signal: the unit parks in `waiting` for a person",
+    "tasks.client.ValidationError": "bad input, raised to the caller before anything is enqueued",
+    "tasks.client.NotFound": "an unknown id, raised to the caller",
+    "config.settings.SettingsError": "a bad setting stops the process at start, naming the variable",
+}
+
+
+def _project_exceptions() -> list[type[BaseException]]:
+    """Every exception type defined in Baton's packages, found by importing them all and walking subclasses."""
+    import importlib
+    import pkgutil
+
+    for name in PROJECT_PACKAGES:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if not module.name.endswith("__main__"):  # the CLI's entry point runs on import
+                importlib.import_module(module.name)
+
+    def walk(cls: type[BaseException]):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from walk(sub)
+
+    found = {cls for cls in walk(BaseException) if cls.__module__.split(".")[0] in PROJECT_PACKAGES}
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def _example(cls: type[BaseException]) -> BaseException:
+    """An instance of `cls`, built as the project builds one (the few with arguments beyond a message)."""
+    from agent.edge import LoopFailure
+    from agent.provider.base import AttemptCut, AttemptFailed, TokenUsage
+    from agent.provider.replay import RequestFailed
+    from agent.tool_round import CancelledRound
+    from config.settings import Settings
+    from tasks.reach import Unavailable
+
+    if issubclass(cls, RequestFailed):
+        server_error = FailureClass.PROVIDER_SERVER_ERROR
+        return cls("x", failure_class=server_error, retryable=True, attempts=1, usage=TokenUsage())
+    if issubclass(cls, ProviderError):
+        return cls("x", failure_class="provider_server_error", retryable=True)
+    if issubclass(cls, LoopFailure):
+        return cls("x", FailureClass.ROUND_CEILING)
+    if issubclass(cls, AttemptFailed):  # a wrapper: classified by the error it wraps
+        return cls(StreamStalled("silent"), TokenUsage(), had_output=False)
+    if issubclass(cls, CancelledRound):
+        return cls("stop", [])
+    if issubclass(cls, AttemptCut):
+        return cls("stop", TokenUsage())
+    if issubclass(cls, Cancelled):
+        return cls("stop")
+    if issubclass(cls, Unavailable):
+        return cls("store", Settings(), ConnectionRefusedError("refused"))
+    return cls("x")
+
+
+def test_every_exception_the_project_raises_maps_to_a_class_other_than_unknown():
+    """Walks every exception type Baton defines (ReplicationUnconfirmed included): a new one that `classify` does
+    not know, or that declares no `failure_class`, fails here instead of settling a unit as `unknown`."""
+    from tasks.store.fenced import ReplicationUnconfirmed
+
+    found = _project_exceptions()
+    names = {f"{c.__module__}.{c.__qualname__}" for c in found}
+    assert ReplicationUnconfirmed in found and set(NOT_A_UNITS_FAILURE) <= names
+    unmapped = [
+        name
+        for cls in found
+        if (name := f"{cls.__module__}.{cls.__qualname__}") not in NOT_A_UNITS_FAILURE
+        and name != "agent.errors.BatonError"  # the base: each subclass declares its own
+        and classify(_example(cls)).failure_class is FailureClass.UNKNOWN
+    ]
+    assert unmapped == []
+
+
+def test_a_store_write_no_replica_confirmed_is_transient_not_unknown():
+    from tasks.store.fenced import ReplicationUnconfirmed
+
+    err = ReplicationUnconfirmed("0 of 1 replicas confirmed the write within 2000 ms")
+    assert classify(err).failure_class is FailureClass.INFRA_TRANSIENT
+    assert classify(RuntimeError("wrapping")).failure_class is FailureClass.UNKNOWN
+    try:
+        raise RuntimeError("wrapping") from err
+    except RuntimeError as wrapped:
+        assert classify(wrapped).failure_class is FailureClass.INFRA_TRANSIENT

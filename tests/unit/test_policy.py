@@ -6,11 +6,13 @@ import pytest
 
 from agent.failures import FailureClass
 from agent.policy import (
+    MAX_REPLICATION_WAITS,
     TABLE,
     Backoff,
     Driver,
     after_failure,
     after_interruption,
+    after_unconfirmed,
     compute_backoff,
     missing_cells,
     policy_for,
@@ -151,3 +153,16 @@ def test_after_interruption_boundary():
     assert not after_interruption(4, 3, has_record=True).resume
     assert not after_interruption(1, 3, has_record=False).resume
     assert not after_interruption(1, 0, has_record=True).resume
+
+
+def test_a_write_waiting_for_the_stores_replica_resumes_up_to_the_limit_then_fails():
+    """An unconfirmed write-ahead entry waits and resumes up to and including the limit, fails one past it."""
+    assert after_unconfirmed(1).resume and after_unconfirmed(MAX_REPLICATION_WAITS).resume
+    past = after_unconfirmed(MAX_REPLICATION_WAITS + 1)
+    assert (past.resume, past.attempt, past.max_attempts) == (False, MAX_REPLICATION_WAITS + 1, MAX_REPLICATION_WAITS)
+    # With the default backoff and the 2 s WAIT, the waits outlast Redis's default repl-timeout (60 s), after which
+    # a master drops a replica that stopped acknowledging (and the write goes ahead with none to wait for).
+    waited = sum(compute_backoff(n, Backoff(), rand=0.0) + 2.0 for n in range(1, MAX_REPLICATION_WAITS + 1))
+    assert 60 < waited < 120
+    # And the class it fails as is retryable for both drivers: the owner may try again.
+    assert all(policy_for(driver, FailureClass.INFRA_TRANSIENT).retryable for driver in Driver)

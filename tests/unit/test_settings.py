@@ -177,6 +177,17 @@ def test_half_a_sentinel_setting_fails_naming_the_variables(monkeypatch, env, na
         load_settings()
 
 
+def test_min_replicas_defaults_to_one_and_a_bad_value_fails_naming_the_variable(monkeypatch):
+    """BATON_REDIS_MIN_REPLICAS: how many replicas a write-ahead entry waits for at most (default 1, 0 allowed)."""
+    assert load_settings().redis_min_replicas == 1
+    monkeypatch.setenv("BATON_REDIS_MIN_REPLICAS", "0")
+    assert load_settings().redis_min_replicas == 0
+    for bad in ("-1", "two", "101"):
+        monkeypatch.setenv("BATON_REDIS_MIN_REPLICAS", bad)
+        with pytest.raises(SettingsError, match="BATON_REDIS_MIN_REPLICAS"):
+            load_settings()
+
+
 def test_a_rabbitmq_broker_gets_a_quorum_queue_with_dead_letters_and_no_visibility_timeout(monkeypatch):
     """amqp:// brokers: a quorum work queue on a topic exchange dead-lettering to Baton's DLQ, publisher confirms,
     channel-error retry, per-consumer prefetch 1; the Redis transport's visibility timeout is not set."""

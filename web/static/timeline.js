@@ -16,6 +16,8 @@ const LABELS = {
 
 /** What happened, in words (the type itself is shown beneath). */
 export function labelOf(type, ev) {
+  // A write tool waiting for the store's replica to confirm its write-ahead entry: nothing was discarded.
+  if (ev.replication_wait) return "Waiting for the store's replica";
   if (type === "turn.retry" || (type === "run.step" && ev.discarded)) {
     if (ev.max_interruptions || ev.max_attempts) return "Interrupted by a deploy";
     if (ev.cause === "worker_lost" || ev.reason === "worker lost") return "Worker lost, its text discarded";
@@ -33,7 +35,7 @@ function toneOf(type, ev) {
   if (type.endsWith(".completed") || type === "tool.approved") return "ok";
   if (type.endsWith(".stopped")) return "stop";
   if (type === "turn.retry" || type === "run.interrupted" || type.endsWith(".resumed")) return "warn";
-  if (type === "run.step" && ev.discarded) return "warn";
+  if (type === "run.step" && (ev.discarded || ev.replication_wait)) return "warn";
   if (type === "tool.approval_requested") return "attention";
   if (type.startsWith("tool.")) return ev.is_error ? "error" : "tool";
   return "neutral";
