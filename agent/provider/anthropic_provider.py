@@ -25,6 +25,7 @@ from anthropic import Stream
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
 from agent.failures import FailureClass, IncompleteStream
+from agent.provider import anthropic_errors  # noqa: F401 - registers the SDK's exceptions with classify
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
 

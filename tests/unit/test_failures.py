@@ -10,6 +10,7 @@ import httpx2
 import pytest
 
 from agent.errors import Cancelled, ProviderError, ToolError
+import agent.provider.anthropic_errors  # noqa: F401 - registers the Anthropic SDK's exceptions with classify
 from agent.failures import (
     FailureClass,
     IncompleteStream,
