@@ -10,11 +10,11 @@ import anthropic
 import httpx2
 import pytest
 
+import agent.provider.anthropic_errors  # noqa: F401 - registers the Anthropic SDK's exceptions with classify
 from agent.caching import count_breakpoints, message_breakpoints, with_breakpoints
 from agent.cancel import CancelToken
 from agent.context import ELIDED, request_tokens
 from agent.edge import LoopConfig, LoopFailure
-import agent.provider.anthropic_errors  # noqa: F401 - registers the Anthropic SDK's exceptions with classify
 from agent.failures import FailureClass
 from agent.loop import run_loop
 from agent.memory_edge import MemoryEdge
