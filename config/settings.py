@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     # and the monitored master's name. BATON_REDIS_URL then gives only the password and the database number.
     redis_sentinels: str = Field("", pattern=r"^(\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*)?$")
     redis_master: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
-    provider: Literal["anthropic", "scripted"] = "anthropic"
+    provider: Literal["anthropic", "openai", "scripted"] = "anthropic"
     model: str = Field(DEFAULT_MODEL, min_length=1)
     tools: str = ""
     stream_idle_timeout: float = Field(20.0, gt=0, le=3600)

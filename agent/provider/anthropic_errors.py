@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from agent.failures import Classified, FailureClass, Overflow, register_classifier, retry_after_seconds
-from agent.provider import http_errors
+from agent.provider import transport
 
 # The API's words for a request past the model's window: "prompt is too long: 210000 tokens > 200000 maximum".
 _TOO_LONG = re.compile(r"prompt is too long(?::\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum)?", re.IGNORECASE)
@@ -82,4 +82,4 @@ def classify_anthropic(exc: BaseException) -> Classified | None:
 
 
 register_classifier(classify_anthropic)
-register_classifier(http_errors.classify_transport)
+register_classifier(transport.classify_transport)
