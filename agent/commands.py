@@ -65,7 +65,7 @@ def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
         if not (
             _SECRET_NAME.search(name)
             or name.upper() in _SECRET_NAMES
-            or name.upper().startswith("ANTHROPIC_")
+            or name.upper().startswith(("ANTHROPIC_", "OPENAI_"))  # the providers' keys, tokens, gateway URLs
             or _URL_PASSWORD.search(value)
         )
     }

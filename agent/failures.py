@@ -1,13 +1,12 @@
-"""Failure classes and the one classifier that knows the provider's exceptions."""
+"""Failure classes, and `classify`: the generic rules plus the classifiers each provider registers."""
 
 from __future__ import annotations
 
 import email.utils
-import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from agent.errors import BatonError, Cancelled
 
@@ -29,36 +28,26 @@ class FailureClass(StrEnum):
 
 
 @dataclass(frozen=True)
-class Classified:
-    """What a failure is, and how long the provider asked us to wait (seconds), if it did."""
-
-    failure_class: FailureClass
-    retry_after: float | None = None
-
-
-# The API's words for a request past the model's window: "prompt is too long: 210000 tokens > 200000 maximum".
-_TOO_LONG = re.compile(r"prompt is too long(?::\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum)?", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
 class Overflow:
-    """What a "prompt is too long" answer said: the request's size and the window, when it gave them."""
+    """What a provider's "request too long for the window" answer said: the request's size and the window,
+    when it gave them (each provider's error module reads its own API's wording)."""
 
     tokens: int | None
     maximum: int | None
 
 
-def overflow_in(message: str) -> Overflow | None:
-    """The overflow a provider error message reports, or None when it is about something else."""
-    found = _TOO_LONG.search(message or "")
-    if found is None:
-        return None
-    tokens, maximum = found.groups()
-    return Overflow(int(tokens) if tokens else None, int(maximum) if maximum else None)
+@dataclass(frozen=True)
+class Classified:
+    """What a failure is, how long the provider asked us to wait (seconds) if it did, and, for a
+    `context_overflow`, what the provider said about the sizes."""
+
+    failure_class: FailureClass
+    retry_after: float | None = None
+    overflow: Overflow | None = None
 
 
 class IncompleteStream(Exception):
-    """The stream ended cleanly but without `message_stop`: the answer is partial."""
+    """The stream ended cleanly but without its end (`message_stop`, a `finish_reason`): the answer is partial."""
 
 
 class StreamStalled(Exception):
@@ -80,65 +69,32 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
 
 
-def _status_class(status: int, error_type: str | None, message: str = "") -> FailureClass:
-    if status in (400, 413) and overflow_in(message) is not None:
-        return FailureClass.CONTEXT_OVERFLOW
-    if error_type == "overloaded_error" or status == 529:
-        return FailureClass.PROVIDER_OVERLOADED
-    if error_type == "rate_limit_error" or status == 429:
-        return FailureClass.PROVIDER_RATE_LIMITED
-    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
-        return FailureClass.PROVIDER_AUTH
-    if status == 402 or error_type == "billing_error":
-        return FailureClass.BUDGET_EXCEEDED
-    if status in (408, 409):
-        return FailureClass.INFRA_TRANSIENT
-    if status >= 500 or error_type in ("api_error",):
-        return FailureClass.PROVIDER_SERVER_ERROR
-    if 400 <= status < 500:
-        return FailureClass.PROVIDER_BAD_REQUEST
-    return FailureClass.UNKNOWN
+# A provider's own exceptions (its SDK's status errors, its transport's timeouts) are classified by its own
+# module (agent/provider/*_errors.py), which registers a classifier when it is imported: a process can only hold
+# such an exception after importing the provider that raised it. This module knows no SDK.
+ErrorClassifier = Callable[[BaseException], "Classified | None"]
+_classifiers: list[ErrorClassifier] = []
 
 
-def _error_type(err: Any) -> str | None:
-    body = err.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        kind = inner.get("type") if isinstance(inner, dict) else None
-        if isinstance(kind, str):
-            return kind
-    return getattr(err, "type", None) if isinstance(getattr(err, "type", None), str) else None
-
-
-def _error_message(err: Any) -> str:
-    body = err.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        text = inner.get("message") if isinstance(inner, dict) else None
-        if isinstance(text, str):
-            return text
-    return str(getattr(err, "message", "") or "")
+def register_classifier(classifier: ErrorClassifier) -> ErrorClassifier:
+    """Add a provider's classifier (idempotent); `classify` consults each in turn after the generic rules."""
+    if classifier not in _classifiers:
+        _classifiers.append(classifier)
+    return classifier
 
 
 def _classify_one(exc: BaseException) -> Classified | None:
-    # Imported here so that the enum and policy (read by every CLI call) do not pay for the SDK's import.
-    import anthropic
-    import httpx2
-
     if isinstance(exc, BatonError) and getattr(exc, "failure_class", None) is not None:
         return Classified(FailureClass(exc.failure_class))  # its own declaration (agent/errors.py)
     if isinstance(exc, Cancelled):
         return Classified(FailureClass.CANCELLED)
-    if isinstance(exc, StreamStalled | httpx2.ReadTimeout | anthropic.APITimeoutError):
+    if isinstance(exc, StreamStalled):
         return Classified(FailureClass.PROVIDER_STALL)
-    if isinstance(exc, anthropic.APIStatusError):
-        retry_after = retry_after_seconds(exc.response.headers.get("retry-after"))
-        failure_class = _status_class(exc.status_code, _error_type(exc), _error_message(exc))
-        return Classified(failure_class, retry_after)
-    if isinstance(
-        exc,
-        IncompleteStream | anthropic.APIConnectionError | httpx2.TransportError | ConnectionError,
-    ):
+    for classifier in _classifiers:
+        found = classifier(exc)
+        if found is not None:
+            return found
+    if isinstance(exc, IncompleteStream | ConnectionError):
         return Classified(FailureClass.INFRA_TRANSIENT)
     return None
 

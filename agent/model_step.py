@@ -15,7 +15,7 @@ from typing import Any
 from agent.cancel import CancelToken
 from agent.context import Fit, choose_cut, compaction_for, fit_at
 from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
-from agent.failures import FailureClass, overflow_in
+from agent.failures import FailureClass
 from agent.history import RequestHistory
 from agent.live import LiveText
 from agent.messages import Message, TextBlock, ToolUseBlock
@@ -209,10 +209,11 @@ class Spent:
 
 
 def _compacted(failed: RequestFailed, shape: RequestShape, messages: list[dict[str, Any]], fit: Fit) -> Fit | None:
-    """The fit to re-send after "prompt is too long", or None when eliding more cannot make it fit."""
+    """The fit to re-send after the provider said the request is too long for the window ("prompt is too long",
+    "maximum context length"), or None when eliding more cannot make it fit."""
     if FailureClass(failed.failure_class) is not FailureClass.CONTEXT_OVERFLOW:
         return None
-    plan = compaction_for(overflow_in(str(failed)), sent_estimate=fit.tokens, budget=shape.context_tokens)
+    plan = compaction_for(failed.overflow, sent_estimate=fit.tokens, budget=shape.context_tokens)
     refit = choose_cut(shape.overhead, messages, current=fit.cut, budget=plan.target, target=plan.target)
     if refit.cut <= fit.cut or refit.tokens > plan.ceiling:
         return None

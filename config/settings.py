@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     # Behind Sentinel, a write tool's write-ahead entry waits for this many replicas at most (fewer when the
     # master has fewer online: tasks/store/replicas.py). 0 waits for none, and every write is stated unreplicated.
     redis_min_replicas: int = Field(1, ge=0, le=100)
-    provider: Literal["anthropic", "scripted"] = "anthropic"
+    provider: Literal["anthropic", "openai", "scripted"] = "anthropic"
     model: str = Field(DEFAULT_MODEL, min_length=1)
     tools: str = ""
     stream_idle_timeout: float = Field(20.0, gt=0, le=3600)

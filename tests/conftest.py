@@ -10,11 +10,33 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_anthropic import FakeMessagesServer
+from tests.support.fake_openai import FakeChatServer
 from tests.support.processes import REPO, RedisServer, Worker
 from tests.support.rabbitmq import RabbitMQNode, find_rabbitmq_server
 from tests.support.web_server import ApiServer
 
 FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
+FAKE_OPENAI_KEY = "sk-proj-test-SECRET-fedcba9876543210"
+# The providers a test proves the edge on: `@pytest.mark.parametrize("provider", PROVIDERS)` overrides the
+# `provider` fixture (anthropic), and `fake_api` and `stack` follow it.
+PROVIDERS = ["anthropic", "openai"]
+
+
+@pytest.fixture
+def provider() -> str:
+    return "anthropic"
+
+
+def fake_server(provider: str) -> FakeMessagesServer:
+    """The fake of `provider`'s API (not started); both take the same handlers."""
+    return FakeChatServer() if provider == "openai" else FakeMessagesServer()
+
+
+def provider_env(provider: str, fake_api: FakeMessagesServer) -> dict[str, str]:
+    """What a worker needs to reach `fake_api` as `provider`."""
+    if provider == "openai":
+        return {"BATON_PROVIDER": "openai", "OPENAI_BASE_URL": fake_api.url, "OPENAI_API_KEY": FAKE_OPENAI_KEY}
+    return {"BATON_PROVIDER": "anthropic", "ANTHROPIC_BASE_URL": fake_api.url}
 
 
 @pytest.fixture
@@ -32,8 +54,8 @@ def redis_aof(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def fake_api() -> Iterator[FakeMessagesServer]:
-    server = FakeMessagesServer().start()
+def fake_api(provider: str) -> Iterator[FakeMessagesServer]:
+    server = fake_server(provider).start()
     yield server
     server.stop()
 
@@ -59,8 +81,10 @@ class Stack:
             "BATON_MODEL": "claude-test",
             "ANTHROPIC_API_KEY": FAKE_KEY,
         }
+        self.provider = "anthropic"
         if fake_api is not None:
-            self.env["ANTHROPIC_BASE_URL"] = fake_api.url
+            self.provider = "openai" if isinstance(fake_api, FakeChatServer) else "anthropic"
+            self.env.update(provider_env(self.provider, fake_api))
 
     def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, **env: str) -> Worker:
         worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency, pool=pool)

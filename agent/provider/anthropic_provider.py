@@ -12,9 +12,7 @@ which was half of what an event cost the calling thread (31.6 -> 15.2 us a text 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import socket
 import threading
 from typing import Any, cast
 
@@ -25,6 +23,7 @@ from anthropic import Stream
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
 from agent.failures import FailureClass, IncompleteStream
+from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
 
@@ -106,7 +105,7 @@ class AnthropicProvider:
             stream = client.post("/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object])
         except Exception as err:
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
-        unregister = cancel.on_cancel(lambda: _abort(stream.response))
+        unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
         try:
             for event in stream:
                 raw = cast(dict[str, Any], event)  # cast_to=object: the event's JSON as it came
@@ -134,20 +133,6 @@ class AnthropicProvider:
                 had_output=snapshot.had_output,
             )
         return snapshot.to_answer()
-
-
-def _abort(response: httpx2.Response) -> None:
-    """Unblock a read waiting on a silent socket, from another thread.
-
-    Closing the response does not wake a thread blocked in recv(); shutting the socket down does.
-    """
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        response.close()
 
 
 def _no_credentials() -> ProviderError:

@@ -1,4 +1,23 @@
-"""The provider protocol and the records that cross it."""
+"""The provider seam: the protocol every provider implements and the records that cross it.
+
+Above this edge everything is Baton's own and provider-neutral: the history, journal, transcript, events and
+page hold assistant `tool_use` and user `tool_result` blocks with Baton's ids, whatever model API ran a turn,
+so a chat can change provider between turns. A provider is one module (`agent/provider/<name>_provider.py`
+with its `<name>_errors.py`) that owns everything about its API, and nothing else knows which one runs:
+
+1. the body: its API's request built from a `ProviderRequest` (a pure function, unit-tested);
+2. the stream: its API's events reduced into one `Answer` (text and `ToolUseBlock`s, `TokenUsage` in Baton's
+   four fields), text passed to `on_text` as it arrives; only a stream its API says is complete becomes an
+   Answer, anything less raises `AttemptFailed` (never a tool call from a broken stream);
+3. its failures: a classifier of its SDK's and transport's exceptions into `FailureClass`, registered with
+   `agent.failures.register_classifier` when its module is imported (a too-long request is `context_overflow`
+   with the sizes it stated, so the loop compacts once);
+4. its credentials: `credentials_problem()` for the warning at worker start, and a `provider_auth`
+   `ProviderError` naming the variable, raised before anything is sent;
+5. the rest of the contract of `Provider.stream`: its SDK's own retries off (the one budget is
+   `agent/provider/replay.py`'s), a stall surfacing as a read timeout after the idle timeout, a stop or drain
+   closing the response at once (`AttemptCut`), one client per worker process.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +32,14 @@ from agent.messages import TextBlock, ToolUseBlock
 
 @dataclass(frozen=True)
 class ProviderRequest:
-    """One Messages API request, already in wire form."""
+    """Baton's neutral request: a pure function of the journal, the same bytes on every replay.
+
+    `messages` are in Baton's shape (user/assistant turns whose content is text, `tool_use` and `tool_result`
+    blocks, as the Messages API spells them; every `tool_use` is answered by a `tool_result` in the next user
+    message, placeholders included). `cache_control` marks on blocks, tools and the system prompt are
+    breakpoint hints (agent/caching.py): a provider with explicit caching honours them, one that caches by
+    itself drops them. Each provider turns this into its own API's body.
+    """
 
     model: str
     messages: list[dict[str, Any]]
@@ -25,7 +51,7 @@ class ProviderRequest:
 
 @dataclass(frozen=True)
 class TokenUsage:
-    """What one attempt (or a sum of attempts) was billed, as the Messages API reports it.
+    """What one attempt (or a sum of attempts) was billed, in Baton's four fields (each provider maps its own).
 
     The three input figures are disjoint and all count toward the context window: `input_tokens` after
     the last cache breakpoint, `cache_creation_input_tokens` written to the cache (1.25x the input price),
@@ -81,7 +107,7 @@ class TokenUsage:
 
 @dataclass(frozen=True)
 class Answer:
-    """A completed (message_stop) answer. Only these ever reach history."""
+    """A completed answer (the provider's stream said it ended). Only these ever reach history."""
 
     message_id: str
     content: tuple[TextBlock | ToolUseBlock, ...]
@@ -123,6 +149,7 @@ TextSink = Callable[[str], None]
 
 
 class Provider(Protocol):
-    """Stream one answer. Raises `AttemptFailed` for a broken attempt, `Cancelled` on stop or drain."""
+    """Stream one answer. Raises `AttemptFailed` for a broken attempt (its cause classified by the provider's
+    registered classifier), `AttemptCut` or `Cancelled` on stop or drain."""
 
     def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer: ...

@@ -12,7 +12,7 @@ from functools import partial
 
 from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
-from agent.failures import FailureClass, classify
+from agent.failures import FailureClass, Overflow, classify
 from agent.policy import Backoff, Driver, compute_backoff, policy_for, should_replay
 from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TextSink, TokenUsage
 
@@ -44,9 +44,17 @@ class RequestFailed(ProviderError):
     """The budget is spent or the failure is not replayable."""
 
     def __init__(
-        self, message: str, *, failure_class: FailureClass, retryable: bool, attempts: int, usage: TokenUsage
+        self,
+        message: str,
+        *,
+        failure_class: FailureClass,
+        retryable: bool,
+        attempts: int,
+        usage: TokenUsage,
+        overflow: Overflow | None = None,
     ) -> None:
         super().__init__(message, failure_class=failure_class, retryable=retryable)
+        self.overflow = overflow  # a context_overflow: the sizes the provider stated, if it did
         self.attempts = attempts
         self.discarded_attempts = attempts
         self.usage = usage
@@ -90,6 +98,7 @@ def request_with_replay(
                     retryable=policy_for(driver, found.failure_class).retryable,
                     attempts=attempt,
                     usage=usage,
+                    overflow=found.overflow,
                 ) from failed.cause
             delay = compute_backoff(attempt, backoff, retry_after=found.retry_after)
             if on_retry is not None:

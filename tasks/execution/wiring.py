@@ -85,7 +85,7 @@ _providers: PerProcess[Provider] = PerProcess()
 
 
 def build_provider(settings: Settings, client: redis.Redis) -> Provider:
-    """The provider of an execution: the Anthropic one is built once per process and shared by its executions.
+    """The provider of an execution: Anthropic's or OpenAI's is built once per process and shared by its executions.
 
     One provider per process, its SDK clients shared by the executions, so a turn does not pay for a new
     client, a new pool and a new TCP/TLS handshake with the provider: one client at prefork's one unit per
@@ -96,13 +96,23 @@ def build_provider(settings: Settings, client: redis.Redis) -> Provider:
     """
     if settings.provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
-    from agent.provider.anthropic_provider import AnthropicProvider  # the SDK import is slow; only workers pay
+    if settings.provider == "openai":
+        from agent.provider.openai_provider import OpenAIProvider  # the SDK import is slow; only workers pay
 
-    def make() -> Provider:
-        shards = -(-_units[0] // STREAMS_PER_PROVIDER_CLIENT)
-        return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=shards)
+        def make() -> Provider:
+            return OpenAIProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards())
 
-    return _providers.get(settings.stream_idle_timeout, make)
+    else:
+        from agent.provider.anthropic_provider import AnthropicProvider
+
+        def make() -> Provider:
+            return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards())
+
+    return _providers.get((settings.provider, settings.stream_idle_timeout), make)
+
+
+def _shards() -> int:
+    return -(-_units[0] // STREAMS_PER_PROVIDER_CLIENT)
 
 
 def backoff(settings: Settings) -> Backoff:

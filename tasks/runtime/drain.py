@@ -183,14 +183,16 @@ def _prepare_worker(sender: Any = None, **_: Any) -> None:
 def check_provider() -> list[tuple[int, str]]:
     """A warning when the provider cannot authenticate: the worker still starts (a key may be fixed by a redeploy
     while turns wait in the queue), but says at start what every unit will fail with."""
-    if settings.provider != "anthropic":
+    if settings.provider == "anthropic":
+        from agent.provider.anthropic_provider import credentials_problem
+    elif settings.provider == "openai":
+        from agent.provider.openai_provider import credentials_problem
+    else:
         return []
-    from agent.provider.anthropic_provider import credentials_problem
-
     problem = credentials_problem()
     if problem is None:
         return []
-    return [(logging.WARNING, f"BATON_PROVIDER=anthropic, but {problem}; every turn and run will fail as "
+    return [(logging.WARNING, f"BATON_PROVIDER={settings.provider}, but {problem}; every turn and run will fail as "
                               "provider_auth")]
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 import redis
 
+from tests.conftest import PROVIDERS
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import POOLS, REPO
@@ -16,7 +17,8 @@ from tests.support.processes import POOLS, REPO
 pytestmark = pytest.mark.integration
 
 
-def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack, provider):
     """`baton send --wait --json` completes a turn with a tool round; the tool ran once; the second request
     carried the tool_use and its tool_result as blocks; the turn's events read back in order."""
     stack.fake_api.set_handler(Script([tool_call("lookup", {"key": "a"}), text("The answer is A.")]))

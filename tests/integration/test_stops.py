@@ -28,6 +28,12 @@ pytestmark = pytest.mark.integration
 PROMPT_STOP_S = 4.0
 # The pools a stop must work on: prefork (a process per unit) and threads (every unit in one process, one poller).
 POOLS = pytest.mark.parametrize("pool", PROCESS_POOLS)
+# The same, plus the OpenAI edge once on threads (its fake refuses a `tool_calls` entry without its `tool` message).
+POOLS_AND_OPENAI = pytest.mark.parametrize(
+    ("pool", "provider"),
+    [*(pytest.param(*p.values, "anthropic", marks=p.marks) if hasattr(p, "values") else (p, "anthropic")
+       for p in PROCESS_POOLS), ("threads", "openai")],
+)
 
 
 def _worker(stack, name: str = "w1", *, pool: str | None = None, **env: str):
@@ -83,8 +89,8 @@ def _cli(stack, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@POOLS
-def test_stop_mid_tool_settles_stopped_promptly_and_the_next_turn_pairs(stack, pool):
+@POOLS_AND_OPENAI
+def test_stop_mid_tool_settles_stopped_promptly_and_the_next_turn_pairs(stack, pool, provider):
     """A turn stopped while its write tool blocks ends `stopped` within about poll + grace: one `turn.stopped`,
     no `turn.failed`; the transcript closes the call with the non-error placeholder, then `Stopped by user.`;
     the chat's next turn is accepted by a server enforcing tool_use/tool_result pairing and carries that
@@ -167,8 +173,8 @@ def test_cli_stop_prints_one_json_object_and_a_finished_chat_is_left_alone(stack
         r.rpush(counting_tools.RELEASE_KEY, "go")
 
 
-@POOLS
-def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack, pool):
+@POOLS_AND_OPENAI
+def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack, pool, provider):
     """A stream that sent a text fragment and then went silent is closed by a stop: the turn ends `stopped`
     long before the stall (30 s) or the idle timeout (20 s) would end it, is not replayed, and none of the
     partial text reaches the transcript."""
@@ -198,8 +204,8 @@ def test_stop_during_a_stalled_stream_ends_promptly_without_partial_text(stack, 
     assert stack.fake_api.request_count == 1
 
 
-@POOLS
-def test_worker_killed_mid_tool_is_recovered_by_the_sweep_without_rerunning_the_write(stack, pool):
+@POOLS_AND_OPENAI
+def test_worker_killed_mid_tool_is_recovered_by_the_sweep_without_rerunning_the_write(stack, pool, provider):
     """A worker SIGKILLed (whole process group) inside a write tool leaves a `committing` ledger entry; once
     its lease (3 s) expires, a second worker's sweep requeues the turn, which replays without re-running the
     write (its result becomes the placeholder) and completes; the chat's next turn pairs cleanly."""

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from tests.conftest import Stack
+from tests.conftest import PROVIDERS, Stack, fake_server
 from tests.support import counting_tools
 from tests.support.fake_anthropic import FakeMessagesServer, Fault, Reply, Script, failing, text, tool_call
 from tests.support.fake_anthropic_sse import first_user_text
@@ -97,24 +97,37 @@ class Shared:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
-    tmp = tmp_path_factory.mktemp("stream-replay")
-    router = Router()
-    redis_server = RedisServer(tmp / "redis").start()
-    fake_api = FakeMessagesServer(router).start()
-    stack = Stack(redis_server, fake_api, tmp)
-    try:
-        stack.worker(BATON_STREAM_IDLE_TIMEOUT=str(IDLE_TIMEOUT), BATON_RETRY_BUDGET=str(BUDGET))
-        s = Shared(stack, router)
-        yield s
+def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Shared]]:
+    """The module's stack for a provider, started on first use (a module that runs one provider starts one)."""
+    made: dict[str, tuple[Shared, RedisServer, FakeMessagesServer]] = {}
+
+    def get(provider: str) -> Shared:
+        if provider not in made:
+            tmp = tmp_path_factory.mktemp(f"stream-replay-{provider}")
+            router = Router()
+            redis_server = RedisServer(tmp / "redis").start()
+            fake_api = fake_server(provider).start()
+            stack = Stack(redis_server, fake_api, tmp)
+            made[provider] = (Shared(stack, router), redis_server, fake_api)
+            fake_api.set_handler(router)
+            stack.worker(BATON_STREAM_IDLE_TIMEOUT=str(IDLE_TIMEOUT), BATON_RETRY_BUDGET=str(BUDGET))
+        return made[provider][0]
+
+    yield get
+    for s, redis_server, fake_api in made.values():
         s.client.close()
         s.redis.close()
-    finally:
-        stack.stop()
+        s.stack.stop()
         fake_api.stop()
         redis_server.stop()
 
 
+@pytest.fixture
+def shared(stacks: Callable[[str], Shared], provider: str) -> Shared:
+    return stacks(provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_partial_text_then_drop_is_replayed_and_only_the_replay_reaches_the_transcript(shared):
     """A stream that drops after part of its text is discarded and re-sent: the reply is the replayed answer
     exactly once, a `turn.retry` says so (discarded, message_id, attempt, reason), the same request went out
@@ -150,11 +163,14 @@ def test_partial_text_then_drop_is_replayed_and_only_the_replay_reaches_the_tran
     ]
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize(
     "after_events",
     [
         pytest.param(5, id="partial-tool-arguments"),  # block start, empty delta, first third of the JSON
-        pytest.param(9, id="complete-tool-use-no-message-stop"),  # all blocks and message_delta, no message_stop
+        # Anthropic: all blocks and message_delta, no message_stop; OpenAI: every chunk up to finish_reason, no usage
+        # chunk and no [DONE]. Either way the stream then breaks.
+        pytest.param(9, id="complete-tool-use-no-message-stop"),
     ],
 )
 def test_a_broken_tool_call_stream_is_replayed_and_the_tool_runs_once(shared, after_events):
@@ -195,21 +211,26 @@ def test_a_broken_tool_call_stream_is_replayed_and_the_tool_runs_once(shared, af
     assert result.usage.attempts == 3 and result.usage.discarded_attempts == 1
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize(
     ("fault", "failure_class"),
     [
         pytest.param(Fault("overloaded", after_events=4), "provider_overloaded", id="in-stream-overloaded"),
         pytest.param(Fault("http", status=529), "provider_overloaded", id="http-529"),
         pytest.param(Fault("http", status=500), "provider_server_error", id="http-500"),
+        pytest.param(Fault("http", status=503), None, id="http-503"),
         pytest.param(Fault("http", status=429, retry_after=1), "provider_rate_limited", id="http-429"),
         pytest.param(Fault("stall", after_events=4, seconds=5), "provider_stall", id="stall-past-idle-timeout"),
     ],
 )
-def test_each_provider_fault_is_replayed_and_the_turn_completes(shared, fault, failure_class, request):
+def test_each_provider_fault_is_replayed_and_the_turn_completes(shared, fault, failure_class, request, provider):
     """Overload (in-stream event or HTTP 529), a 5xx, a 429 and a stall past the idle timeout each discard the
     attempt and re-send the request; the turn completes with the replayed answer. A 429's retry-after is
     honoured (the replay arrives >= 1 s later although backoff is scaled to 0); a stall is cut by the 1 s idle
-    timeout, not by the server giving up after its 5 s."""
+    timeout, not by the server giving up after its 5 s. A 503 is overloaded on OpenAI, a server error on Anthropic
+    (which says overloaded with its 529)."""
+    if failure_class is None:
+        failure_class = "provider_overloaded" if provider == "openai" else "provider_server_error"
     chat = f"fault-{request.node.callspec.id}"
     conv, result = shared.send(chat, [failing(fault, like=text("DISCARDED partial")), text("Recovered.")])
 

@@ -77,6 +77,9 @@ class Reply:
     output_tokens: int = 5
     pace: float = 0.0  # seconds between SSE events, for answers that stream visibly (live text, mid-answer faults)
     parts: int = 3  # text deltas a text block is split into
+    # Input tokens read from the provider's prompt cache (besides `input_tokens`): the Anthropic fake reports them as
+    # `cache_read_input_tokens`, the OpenAI fake as `prompt_tokens_details.cached_tokens` within `prompt_tokens`.
+    cached_tokens: int = 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Reply:
@@ -289,7 +292,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         content = sse.normalize_content(reply.content)
         stop_reason = reply.stop_reason or sse.default_stop_reason(content)
-        input_tokens, cache = reply.input_tokens, None
+        input_tokens = reply.input_tokens
+        cache: dict[str, int] | None = {"cache_read_input_tokens": reply.cached_tokens} if reply.cached_tokens else None
         fake = self.server.fake
         if fake.prompt_cache:
             # The prompt was read (a stream that breaks later was still billed for it, and cached it).
@@ -355,6 +359,8 @@ class FakeMessagesServer:
     (anthropic 2.x sends the API key as a bearer token).
     """
 
+    handler_class: type[BaseHTTPRequestHandler] = _RequestHandler  # the OpenAI fake serves its API with its own
+
     def __init__(
         self,
         handler: Handler | None = None,
@@ -409,7 +415,7 @@ class FakeMessagesServer:
         if self._httpd is not None:
             raise RuntimeError("FakeMessagesServer already started")
         self._release = threading.Event()
-        httpd = _HTTPServer((self.host, self.port), _RequestHandler)
+        httpd = _HTTPServer((self.host, self.port), self.handler_class)
         httpd.fake = self
         host, port = httpd.server_address[:2]
         self._url = f"http://{host}:{port}"

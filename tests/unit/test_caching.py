@@ -8,8 +8,11 @@ from dataclasses import replace
 
 import anthropic
 import httpx2
+import openai
 import pytest
 
+import agent.provider.anthropic_errors
+import agent.provider.openai_errors  # noqa: F401 - and the OpenAI SDK's
 from agent.caching import count_breakpoints, message_breakpoints, with_breakpoints
 from agent.cancel import CancelToken
 from agent.context import ELIDED, request_tokens
@@ -169,7 +172,16 @@ def test_a_small_budget_elides_old_results_and_every_request_fits():
     assert cuts == sorted(cuts) and cuts[-1] > 0
 
 
-def _too_long(*limits: int):
+def _openai_too_long(size: int, maximum: int) -> Exception:
+    message = (f"This model's maximum context length is {maximum} tokens. However, your messages resulted in {size} "
+               "tokens. Please reduce the length of the messages.")
+    body = {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}
+    request = httpx2.Request("POST", "http://x/v1/chat/completions")
+    response = httpx2.Response(400, request=request, json={"error": body})
+    return openai.BadRequestError(f"Error code: 400 - {body}", response=response, body=body)
+
+
+def _too_long(*limits: int, provider: str = "anthropic"):
     """A provider that refuses a request whose estimate passes the limit, as the API does, stating both figures;
     after each refusal the next limit applies (a window that shrinks under the run)."""
     body = {"type": "error", "error": {"type": "invalid_request_error", "message": ""}}
@@ -183,12 +195,17 @@ def _too_long(*limits: int):
             if size > window[0]:
                 self.requests.append(request)
                 self.refused.append(request)
-                message = f"prompt is too long: {size} tokens > {window[0]} maximum"
+                limit = window[0]
+                message = f"prompt is too long: {size} tokens > {limit} maximum"
                 if len(window) > 1:
                     window.pop(0)
                 response = httpx2.Response(400, request=httpx2.Request("POST", "http://x/v1/messages"),
                                            json={**body, "error": {**body["error"], "message": message}})
-                err = anthropic.BadRequestError(f"Error code: 400 - {message}", response=response, body=response.json())
+                err: Exception = anthropic.BadRequestError(
+                    f"Error code: 400 - {message}", response=response, body=response.json()
+                )
+                if provider == "openai":
+                    err = _openai_too_long(size, limit)
                 raise AttemptFailed(err, TokenUsage(), had_output=False)
             return super().stream(request, cancel=cancel, on_text=on_text)
 
@@ -199,23 +216,24 @@ def _size(request: ProviderRequest) -> int:
     return request_tokens(request.tools, request.system, request.messages)
 
 
-def test_prompt_too_long_compacts_once_and_succeeds():
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_prompt_too_long_compacts_once_and_succeeds(provider):
     """The provider refuses a step as too long: the loop elides old results to half the stated window, journals
     that decision, re-sends once and goes on; each refused attempt counts as a discarded attempt."""
     script = [*reads(12), reply_text("done")]
-    provider = _too_long(8000)(list(script))
-    state, provider, edge, error = run(script, provider=provider)
+    limited = _too_long(8000, provider=provider)(list(script))
+    state, limited, edge, error = run(script, provider=limited)
     assert error is None and state.reply == "done"
-    refused = [i for i, r in enumerate(provider.requests) if _size(r) > 8000]
+    refused = [i for i, r in enumerate(limited.requests) if _size(r) > 8000]
     assert refused
     for i in refused:  # each refusal is followed by one compacted request within half the window
-        assert _size(provider.requests[i + 1]) <= 4000 and i + 1 not in refused
+        assert _size(limited.requests[i + 1]) <= 4000 and i + 1 not in refused
     compactions = [k for k in edge.steps if k.startswith("compact:")]
     assert len(compactions) == len(refused)
     assert all(edge.steps[k]["status"] == "decided" for k in compactions)
     discards = [d for k, d in edge.events if k == "run.step" and d.get("discarded")]
     assert [d["class"] for d in discards] == ["context_overflow"] * len(refused)
-    assert state.usage.attempts == len(provider.requests) and state.usage.discarded_attempts == len(refused)
+    assert state.usage.attempts == len(limited.requests) and state.usage.discarded_attempts == len(refused)
 
 
 def test_a_replay_after_a_compaction_sends_the_compacted_bytes():

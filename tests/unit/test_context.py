@@ -19,8 +19,9 @@ from agent.context import (
     request_tokens,
     result_cap_chars,
 )
-from agent.failures import FailureClass, classify, overflow_in
+from agent.failures import FailureClass, classify
 from agent.policy import TABLE, Driver
+from agent.provider.anthropic_errors import overflow_in
 from tests.support.fake_anthropic_sse import validate_request
 
 BIG = "r" * 4000

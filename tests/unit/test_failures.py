@@ -9,6 +9,7 @@ import anthropic
 import httpx2
 import pytest
 
+import agent.provider.anthropic_errors  # noqa: F401 - registers the Anthropic SDK's exceptions with classify
 from agent.errors import Cancelled, ProviderError, ToolError
 from agent.failures import (
     FailureClass,

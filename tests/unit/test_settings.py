@@ -73,7 +73,7 @@ def test_environment_values_are_read(monkeypatch):
     ("variable", "value"),
     [
         ("BATON_RETRY_BUDGET", "0"),
-        ("BATON_PROVIDER", "openai"),
+        ("BATON_PROVIDER", "gemini"),
         ("BATON_STREAM_IDLE_TIMEOUT", "abc"),
         ("BATON_STREAM_IDLE_TIMEOUT", "0"),
         ("BATON_MAX_ROUNDS", "-1"),
@@ -100,6 +100,12 @@ def test_bad_value_names_its_variable(monkeypatch, variable, value):
     assert repr(value) in message
 
 
+def test_openai_is_a_provider(monkeypatch):
+    """BATON_PROVIDER=openai is accepted; BATON_MODEL keeps its default (the deployment names its model)."""
+    monkeypatch.setenv("BATON_PROVIDER", "openai")
+    assert load_settings().provider == "openai"
+
+
 def test_sandbox_settings_are_read(monkeypatch):
     """BATON_SANDBOX=none and BATON_SANDBOX_NETWORK=on are accepted as written; BATON_SANDBOX_UID is a uid."""
     monkeypatch.setenv("BATON_SANDBOX", "none")
@@ -112,7 +118,7 @@ def test_sandbox_settings_are_read(monkeypatch):
 def test_every_bad_variable_is_named(monkeypatch):
     """Several bad values are reported together, each by its own name."""
     monkeypatch.setenv("BATON_RETRY_BUDGET", "0")
-    monkeypatch.setenv("BATON_PROVIDER", "openai")
+    monkeypatch.setenv("BATON_PROVIDER", "gemini")
     with pytest.raises(SettingsError, match="BATON_RETRY_BUDGET") as info:
         load_settings()
     assert "BATON_PROVIDER" in str(info.value)

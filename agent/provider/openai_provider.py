@@ -1,0 +1,117 @@
+"""The OpenAI provider: Chat Completions through the official `openai` SDK, streaming, its own retries off.
+
+Any server that speaks the API (OpenAI, vLLM, Ollama, OpenRouter, a gateway) is reached through the SDK's
+own settings, `OPENAI_BASE_URL` and `OPENAI_API_KEY`. As for Anthropic: the SDK's read timeout is the idle
+timeout (a silent stream is a stall), a stop or drain closes the response from the cancel token's callback,
+each calling thread keeps to one of `shards` clients, and the events come as the plain JSON dicts the
+reducer folds (the SDK's `Stream` of `object`: its SSE decoding, status errors and in-stream errors, without
+building a pydantic model per chunk). The body is `openai_request.chat_body`, the reduction `openai_reducer`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, cast
+
+import httpx2
+import openai
+from openai import Stream
+
+from agent.cancel import CancelToken
+from agent.errors import Cancelled, ProviderError
+from agent.failures import FailureClass, IncompleteStream
+from agent.provider import openai_errors, transport  # noqa: F401 - openai_errors registers the SDK's exceptions
+from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
+from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
+from agent.provider.openai_request import chat_body
+
+NO_CREDENTIALS = "no OpenAI credentials are configured: set OPENAI_API_KEY in the workers' environment"
+
+
+def credentials_problem() -> str | None:
+    """What a worker logs at start when the SDK finds no key; None when it does."""
+    try:
+        client = openai.OpenAI(max_retries=0)
+    except openai.OpenAIError as err:
+        return f"{NO_CREDENTIALS} ({err})"
+    return None if client.api_key else NO_CREDENTIALS
+
+
+class OpenAIProvider:
+    """Streams answers from the Chat Completions API; every fault surfaces as `AttemptFailed` for replay."""
+
+    def __init__(self, *, idle_timeout: float, client: openai.OpenAI | None = None, shards: int = 1) -> None:
+        self._idle_timeout = idle_timeout
+        self._clients: list[openai.OpenAI | None] = [client] if client is not None else [None] * max(1, shards)
+        self._lock = threading.Lock()
+        self._next_shard = itertools.count()
+        self._mine = threading.local()
+
+    def _get_client(self) -> openai.OpenAI:
+        shard: int | None = getattr(self._mine, "shard", None)
+        if shard is None:
+            shard = self._mine.shard = next(self._next_shard) % len(self._clients)
+        client = self._clients[shard]
+        if client is None:
+            with self._lock:
+                client = self._clients[shard]
+                if client is None:
+                    client = self._clients[shard] = self._new_client()
+        return client
+
+    def _new_client(self) -> openai.OpenAI:
+        try:
+            client = openai.OpenAI(
+                max_retries=0,  # the retry budget is ours alone; budgets must never multiply
+                timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
+            )
+        except openai.OpenAIError as err:
+            raise _no_credentials() from err
+        if not client.api_key:
+            raise _no_credentials()
+        return client
+
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+        cancel.raise_if_set()
+        body = chat_body(request)
+        snapshot = ChatSnapshot()
+        client = self._get_client()  # no credentials: a provider_auth failure, before any attempt is made or billed
+        try:
+            stream = client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object])
+        except Exception as err:
+            raise AttemptFailed(err, snapshot.usage, had_output=False) from err
+        unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
+        try:
+            for chunk in stream:
+                added = accumulate(cast(dict[str, Any], chunk), snapshot)
+                if added and on_text is not None:
+                    on_text(added)
+                cancel.raise_if_set()
+        except Cancelled as stop:
+            raise AttemptCut(stop.reason, snapshot.usage) from None
+        except Exception as err:
+            if cancel.is_set():
+                raise AttemptCut(cancel.reason or "stop", snapshot.usage) from err
+            raise AttemptFailed(err, snapshot.usage, had_output=snapshot.had_output) from err
+        finally:
+            unregister()
+            stream.close()
+        if not snapshot.finished:
+            # Dropped before a finish_reason (mid-arguments included): partial, never run as a tool call.
+            if cancel.is_set():
+                raise AttemptCut(cancel.reason or "stop", snapshot.usage)
+            raise AttemptFailed(
+                IncompleteStream("the stream ended without a finish_reason"),
+                snapshot.usage,
+                had_output=snapshot.had_output,
+            )
+        try:
+            return snapshot.to_answer()
+        except MalformedToolCall as err:
+            # Sampled again, the model usually writes valid JSON: a discarded attempt, replayed in the budget.
+            raise AttemptFailed(IncompleteStream(str(err)), snapshot.usage, had_output=True) from err
+
+
+def _no_credentials() -> ProviderError:
+    return ProviderError(NO_CREDENTIALS, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)

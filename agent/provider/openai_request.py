@@ -1,0 +1,137 @@
+"""Baton's neutral request as a Chat Completions body: a pure function, so a replay sends the same bytes.
+
+- the system prompt (a string or text blocks) is the first message, `role: system`;
+- an assistant message's text blocks are its `content` (None when it only calls tools), its `tool_use` blocks
+  its `tool_calls` (`{id, type: function, function: {name, arguments}}`, the arguments as compact JSON);
+- a user message's `tool_result` blocks become one `tool` message each, with its `tool_call_id`, in order and
+  right after the assistant message (the API's pairing rule; Baton's history repair already answers every
+  `tool_use`, placeholders included); its text, if any, follows as a `user` message;
+- a result with `is_error` has no flag to go in: its content is sent prefixed with `ERROR_PREFIX`, so the
+  model still reads that the call failed;
+- tools are `{"type": "function", "function": {name, description, parameters}}`;
+- `cache_control` marks are dropped: OpenAI caches prompt prefixes by itself, and reports what it read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.provider.base import ProviderRequest
+
+ERROR_PREFIX = "[tool error] "
+
+
+def _text_of(content: Any) -> str:
+    """A block list's (or a string's) text, blocks other than text left out."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def arguments_json(tool_input: Any) -> str:
+    """A call's input as the API carries it: a JSON string (compact, keys in the order recorded)."""
+    return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
+
+
+def _assistant(message: dict[str, Any]) -> dict[str, Any]:
+    blocks = _blocks(message)
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {"name": b["name"], "arguments": arguments_json(b.get("input") or {})},
+        }
+        for b in blocks
+        if b.get("type") == "tool_use"
+    ]
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _user(message: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for block in _blocks(message):
+        if block.get("type") == "tool_result":
+            content = _text_of(block.get("content"))
+            if block.get("is_error"):
+                content = ERROR_PREFIX + content
+            out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
+        elif block.get("type") == "text" and block.get("text"):
+            texts.append(block["text"])
+    if texts:
+        out.append({"role": "user", "content": "\n\n".join(texts)})
+    return out
+
+
+def chat_messages(request: ProviderRequest) -> list[dict[str, Any]]:
+    """The request's `messages`: system first, then each of Baton's messages in the API's shape."""
+    out: list[dict[str, Any]] = []
+    system = _text_of(request.system)
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in request.messages:
+        if message.get("role") == "assistant":
+            out.append(_assistant(message))
+        else:
+            out.extend(_user(message))
+    return out
+
+
+def chat_tools(request: ProviderRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec["name"],
+                "description": spec.get("description", ""),
+                "parameters": spec.get("input_schema") or {"type": "object", "properties": {}},
+            },
+        }
+        for spec in request.tools
+    ]
+
+
+def chat_body(request: ProviderRequest) -> dict[str, Any]:
+    """The whole streaming Chat Completions body."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": chat_messages(request),
+        # `max_tokens` is refused by OpenAI's reasoning models; the compatible servers take this name too.
+        "max_completion_tokens": request.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},  # the last chunk then carries the usage
+    }
+    tools = chat_tools(request)
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+def unpaired_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """The API's pairing rule, as a check: every `tool_calls` id answered by a `tool` message that follows its
+    assistant message before any other kind; returns the ids that are not (empty when the request pairs)."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant" or not message.get("tool_calls"):
+            continue
+        answered: set[str] = set()
+        for follower in messages[i + 1 :]:
+            if follower.get("role") != "tool":
+                break
+            answered.add(follower.get("tool_call_id", ""))
+        missing += [c["id"] for c in message["tool_calls"] if c["id"] not in answered]
+    return missing

@@ -1,0 +1,38 @@
+"""What the providers whose SDKs speak HTTP through `httpx2` share: the transport's failures, and the abort.
+
+A read timeout is a stall (the SDK's read timeout is the idle timeout); any other transport error (a refused or
+reset connection, a body cut mid-chunk) is transient. Each provider's error module that
+uses `httpx2` registers it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import httpx2
+
+from agent.failures import Classified, FailureClass
+
+
+def classify_transport(exc: BaseException) -> Classified | None:
+    if isinstance(exc, httpx2.ReadTimeout):
+        return Classified(FailureClass.PROVIDER_STALL)
+    if isinstance(exc, httpx2.TransportError):
+        return Classified(FailureClass.INFRA_TRANSIENT)
+    return None
+
+
+
+def abort(response: httpx2.Response) -> None:
+    """Unblock a read waiting on a silent socket, from another thread (a stop or a drain).
+
+    Closing the response does not wake a thread blocked in recv(); shutting the socket down does.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
