@@ -53,8 +53,53 @@ class Enqueued:
     ahead: int = 0  # unfinished turns before the new one in the chat's queue when it was written
 
 
+@dataclass(frozen=True)
+class EnqueueCall:
+    """The enqueue script's keys and arguments, built without I/O (both clients call it)."""
+
+    keys: list[str]
+    args: list[str]
+
+
+def enqueue_call(
+    owner_id: str, turn_id: str, record: Mapping[str, str], event: str, now: float, *, if_failed: bool
+) -> EnqueueCall:
+    """The script's keys and arguments for writing turn `turn_id` (see `_ENQUEUE`)."""
+    fields = [part for item in record.items() for part in item]
+    return EnqueueCall(
+        keys=[
+            keys.turns(owner_id),
+            keys.queue(owner_id),
+            keys.round_slot(owner_id),
+            keys.events(owner_id),
+            keys.PENDING,
+            keys.record(owner_id, turn_id),
+        ],
+        args=[
+            keys.record(owner_id, ""),
+            owner_id,
+            turn_id,
+            repr(now),
+            event,
+            "1" if if_failed else "0",
+            _TERMINAL_JSON,
+            *fields,
+        ],
+    )
+
+
+def enqueued(reply: object) -> Enqueued:
+    """The script's reply as `Enqueued`."""
+    if isinstance(reply, int):
+        return Enqueued(ahead=reply - 1)
+    return Enqueued(failed_last=reply.decode() if isinstance(reply, bytes) else str(reply))
+
+
+SCRIPT = _ENQUEUE
+
+
 class Enqueue:
-    """The enqueue script, registered once per client (EVALSHA after the first call)."""
+    """The enqueue script, registered once per (sync) client (EVALSHA after the first call)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._script = client.register_script(_ENQUEUE)
@@ -72,28 +117,5 @@ class Enqueue:
     ) -> Enqueued:
         """Write the new turn (and say how many turns are ahead of it); or, with `if_failed`, hand back the id
         of a failed last turn and write nothing."""
-        fields = [part for item in record.items() for part in item]
-        found = self._script(
-            keys=[
-                keys.turns(owner_id),
-                keys.queue(owner_id),
-                keys.round_slot(owner_id),
-                keys.events(owner_id),
-                keys.PENDING,
-                keys.record(owner_id, turn_id),
-            ],
-            args=[
-                keys.record(owner_id, ""),
-                owner_id,
-                turn_id,
-                repr(now),
-                event,
-                "1" if if_failed else "0",
-                _TERMINAL_JSON,
-                *fields,
-            ],
-            client=client,
-        )
-        if isinstance(found, int):
-            return Enqueued(ahead=found - 1)
-        return Enqueued(failed_last=found.decode() if isinstance(found, bytes) else str(found))
+        call = enqueue_call(owner_id, turn_id, record, event, now, if_failed=if_failed)
+        return enqueued(self._script(keys=call.keys, args=call.args, client=client))
