@@ -30,7 +30,7 @@ from agent.messages import Message
 from agent.rounds import same_text
 from config.settings import Settings, load_settings
 from tasks import client_core as core
-from tasks.client_core import Kind, NotFound, ValidationError
+from tasks.client_core import Busy, Kind, NotFound, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
@@ -158,26 +158,35 @@ class AsyncClient:
     # -- chat turns ------------------------------------------------------------------------------
 
     @_reaching
-    async def send_message(self, chat_id: str, text: str) -> TurnRef:
-        """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead."""
+    async def send_message(self, chat_id: str, text: str, on_busy: OnBusy = "enqueue") -> TurnRef:
+        """Enqueue a turn (see `Client.send_message`, `on_busy` included)."""
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
+        mode = core.check_on_busy(on_busy)
         now = time.time()
         new = core.new_turn(chat_id, text, now)
         owner = new.rec.owner_id
-        enqueued = await self._run_enqueue(new, now, if_failed=True)
+        enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:
             last = await self._record(owner, enqueued.failed_last)
             if last is not None and last.status == "failed" and same_text(last.text, text):
                 return await self._retry_turn(last)
-            enqueued = await self._run_enqueue(new, now, if_failed=False)
+            enqueued = await self._run_enqueue(new, now, if_failed=False, on_busy=mode)
+        if enqueued.busy is not None:
+            raise Busy(chat_id, enqueued.busy)
+        if enqueued.woken is not None:
+            parked = await self._record(owner, enqueued.woken)
+            if parked is not None:
+                await self._send(parked)  # parked for approval, it holds no worker: it is started to stop
         if enqueued.ahead == 0:
             await self._send(new.rec)
         return new.ref
 
-    async def _run_enqueue(self, new: core.NewTurn, now: float, *, if_failed: bool) -> enqueue_script.Enqueued:
+    async def _run_enqueue(
+        self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy
+    ) -> enqueue_script.Enqueued:
         call = enqueue_script.enqueue_call(
-            new.rec.owner_id, new.rec.unit_id, new.fields, new.event, now, if_failed=if_failed
+            new.rec.owner_id, new.rec.unit_id, new.fields, new.event, now, if_failed=if_failed, on_busy=on_busy
         )
         return enqueue_script.enqueued(await self._enqueue(keys=call.keys, args=call.args))
 

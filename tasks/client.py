@@ -82,19 +82,33 @@ class Client:
     # -- chat turns ------------------------------------------------------------------------------
 
     @_reaching
-    def send_message(self, chat_id: str, text: str) -> TurnRef:
-        """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead."""
+    def send_message(self, chat_id: str, text: str, on_busy: OnBusy = "enqueue") -> TurnRef:
+        """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead.
+
+        `on_busy` says what happens when the chat has a turn queued or running: `enqueue` runs the new one after
+        them; `interrupt` stops them (the notice `Interrupted by a new message.`) and runs it next; `reject`
+        enqueues nothing and raises `Busy` naming the chat's current turn.
+        """
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
+        mode = core.check_on_busy(on_busy)
         now = time.time()
         new = core.new_turn(chat_id, text, now)
-        owner = new.rec.owner_id
-        enqueued = self._enqueue(self.redis, owner, new.rec.unit_id, new.fields, new.event, now, if_failed=True)
+        owner, turn_id = new.rec.owner_id, new.rec.unit_id
+        enqueued = self._enqueue(self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
             last = load_record(self.redis, owner, enqueued.failed_last)
             if last is not None and last.status == "failed" and same_text(last.text, text):
                 return self._retry_turn(last)
-            enqueued = self._enqueue(self.redis, owner, new.rec.unit_id, new.fields, new.event, now, if_failed=False)
+            enqueued = self._enqueue(
+                self.redis, owner, turn_id, new.fields, new.event, now, if_failed=False, on_busy=mode
+            )
+        if enqueued.busy is not None:
+            raise Busy(chat_id, enqueued.busy)
+        if enqueued.woken is not None:
+            parked = load_record(self.redis, owner, enqueued.woken)
+            if parked is not None:
+                self._send(parked)  # parked for approval, it holds no worker: it is started to stop
         if enqueued.ahead == 0:
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads

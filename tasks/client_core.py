@@ -18,11 +18,11 @@ from typing import Any, Literal
 from agent.events import TEXT_DELTA, Event, decode_event, encode_event
 from tasks.store import keys
 from tasks.store.approvals import Decided
+from tasks.store.enqueue import OnBusy
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import Entry, text
 
 Kind = Literal["chat", "run"]
-OnBusy = Literal["enqueue", "interrupt", "reject"]
 ON_BUSY: tuple[OnBusy, ...] = ("enqueue", "interrupt", "reject")
 
 BY_MAX = 200
