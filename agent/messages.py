@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 INTERRUPTED_RESULT = "[Interrupted before result was recorded]"
 RESUMED_NOTICE = "Continued from the tool results already fetched."
 STOPPED_NOTICE = "Stopped by user."
+INTERRUPTED_NOTICE = "Interrupted by a new message."
 DENIED_RESULT = "Denied by user."
 DENIED_WITH_REASON = "Denied by user: {reason}"
 EXPIRED_RESULT = "Denied: approval expired."
@@ -78,6 +79,11 @@ class Message(BaseModel):
 
 def user_text(text: str, turn_id: str | None = None) -> Message:
     return Message(role="user", content=(TextBlock(text=text),), turn_id=turn_id)
+
+
+def stop_notice(reason: str | None) -> str:
+    """The notice of a stopped unit: a user's stop, or an interrupt by a new message (`on_busy="interrupt"`)."""
+    return INTERRUPTED_NOTICE if reason == "interrupt" else STOPPED_NOTICE
 
 
 def notice(kind: str, text: str, turn_id: str | None = None) -> Message:

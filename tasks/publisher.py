@@ -24,7 +24,7 @@ from tasks.store.withdrawal import withdraw
 
 log = logging.getLogger("baton.client")
 
-_BROKER_DOWN = Failure.model_validate(
+BROKER_DOWN = Failure.model_validate(
     {
         "class": "infra_transient",
         "retryable": True,
@@ -66,16 +66,20 @@ class Publisher:
         try:
             self.publish(rec, task_id)
         except BROKER_ERRORS as err:
-            withdrawn = withdraw(store, rec, task_id, _BROKER_DOWN)
+            withdrawn = withdraw(store, rec, task_id, BROKER_DOWN)
             if withdrawn and rec.kind == "turn":
                 self._start_next(store, rec.owner_id)
-            what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
-            consequence = (
-                f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
-                if withdrawn
-                else f"{what} {rec.unit_id} may still start"
-            )
-            raise Unavailable("broker", self.settings, err, consequence=consequence) from err
+            raise self.unavailable(rec, err, withdrawn=withdrawn) from err
+
+    def unavailable(self, rec: UnitRecord, err: BaseException, *, withdrawn: bool) -> Unavailable:
+        """What a failed publish raises: the broker named, and what became of the unit."""
+        what, ident = (("turn", rec.owner_id.partition(":")[2]) if rec.kind == "turn" else ("run", rec.unit_id))
+        consequence = (
+            f"{what} {rec.unit_id} was not started; it is failed, retryable (baton retry {ident})"
+            if withdrawn
+            else f"{what} {rec.unit_id} may still start"
+        )
+        return Unavailable("broker", self.settings, err, consequence=consequence)
 
     def publish(self, rec: UnitRecord, task_id: str) -> None:
         """The task message and its task-sent event (Flower's) in one batch: one round trip on Redis (on RabbitMQ

@@ -98,6 +98,17 @@ class Stack:
         overrides = {k[len("BATON_") :].lower(): v for k, v in {**self.env, **env}.items() if k.startswith("BATON_")}
         return Client(Settings(**overrides))
 
+    def settings(self, **env: str):
+        from config.settings import Settings
+
+        overrides = {k[len("BATON_") :].lower(): v for k, v in {**self.env, **env}.items() if k.startswith("BATON_")}
+        return Settings(**overrides)
+
+    def async_client(self, **env: str):
+        from tasks.client import AsyncClient
+
+        return AsyncClient(self.settings(**env))
+
     def stop(self) -> None:
         for worker in self.workers:
             worker.discard()

@@ -24,58 +24,42 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
-from tasks.client import Client
-from tasks.store.connect import new_async_store_client
+from tasks.client import AsyncClient
 from web import errors, routes_approvals, routes_chats, routes_runs
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
-from web.stream import BLOCK_MS
 
 STATIC = Path(__file__).with_name("static")
 HEALTH_TIMEOUT = 2.0
 log = logging.getLogger("baton.web")
 
 
-def stream_store(settings: Settings) -> aioredis.Redis:
-    """The async Redis the streams read from: one connection per open stream (a blocked XREAD holds one),
-    so the pool is as large as `BATON_API_REDIS_CONNECTIONS`; a burst past it waits briefly for one."""
-    return new_async_store_client(
-        settings,
-        max_connections=settings.api_redis_connections,
-        timeout=5,
-        client_name="baton-web",
-        # redis-py 8 reads with a 5 s socket timeout by default; a stream's XREAD blocks longer than that.
-        socket_timeout=BLOCK_MS / 1000 + 10,
-        socket_connect_timeout=5,
-        health_check_interval=30,
-    )
-
-
-def create_app(settings: Settings | None = None, client: Client | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, client: AsyncClient | None = None) -> FastAPI:
     """The HTTP API and the chat page. Pass `settings`/`client` to share yours; by default both come
-    from the environment. A client passed in stays yours to close; one made here is closed at shutdown."""
+    from the environment. A client passed in stays yours to close; one made here is closed at shutdown.
+
+    Endpoints await the `AsyncClient` on the server's loop (no threadpool); its store pool, as large as
+    `BATON_API_REDIS_CONNECTIONS`, also serves the streams (a blocked XREAD holds one connection).
+    """
     settings = settings or load_settings()
     owns_client = client is None
-    client = client or Client(settings)
     # Made here rather than in the lifespan: a parent app that mounts this one does not run its lifespan,
     # and redis.asyncio connects lazily, on the first read, inside whichever loop serves it.
-    store = stream_store(settings)
+    client = client or AsyncClient(settings, client_name="baton-web")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await store.aclose()
-            await store.connection_pool.disconnect()
             if owns_client:
-                client.close()
+                await client.aclose()
 
     # The schema and its docs page sit outside /api: the token rule covers every /api path, and they hold no data.
     app = FastAPI(title="Baton", lifespan=lifespan, docs_url="/docs", openapi_url="/openapi.json")
     app.state.settings = settings
     app.state.client = client
-    app.state.stream_redis = store
+    app.state.stream_redis = client.redis
     errors.install(app)
 
     for router in (routes_chats.router, routes_runs.router, routes_approvals.router):

@@ -12,6 +12,7 @@ class _Body(BaseModel):
 
 class MessageIn(_Body):
     text: str
+    on_busy: str = "enqueue"  # checked by the client (enqueue, interrupt or reject), so its message is the one seen
 
 
 class RunIn(_Body):

@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from config.settings import Settings
-from tasks.client import Client
+from tasks.client import AsyncClient
 
 
-def client(request: Request) -> Client:
-    """The sync `tasks.client.Client` (endpoints that use it are sync `def`s, run in the threadpool)."""
-    found: Client = request.app.state.client  # Starlette's state is untyped; create_app puts a Client there
+def client(request: Request) -> AsyncClient:
+    """The app's `tasks.client.AsyncClient` (endpoints are `async def`s that await it on the server's loop)."""
+    found: AsyncClient = request.app.state.client  # Starlette's state is untyped; create_app puts one there
     return found
 
 
@@ -22,4 +22,4 @@ def settings(request: Request) -> Settings:
     return found
 
 
-ClientDep = Annotated[Client, Depends(client)]
+ClientDep = Annotated[AsyncClient, Depends(client)]

@@ -1,5 +1,5 @@
-"""How failures become HTTP answers: 422 with the client's message, 404 for unknown ids, 503 without the store or
-the broker."""
+"""How failures become HTTP answers: 422 with the client's message, 404 for unknown ids, 409 for a busy chat
+(`on_busy="reject"`), 503 without the store or the broker."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from tasks.client import NotFound, Unavailable, ValidationError
+from tasks.client import Busy, NotFound, Unavailable, ValidationError
 
 log = logging.getLogger("baton.web")
 
@@ -53,6 +53,10 @@ async def _not_found(_request: Request, err: NotFound) -> JSONResponse:
     return JSONResponse({"detail": str(err)}, status_code=404)
 
 
+async def _busy(_request: Request, err: Busy) -> JSONResponse:
+    return JSONResponse({"error": "busy", "turn_id": err.turn_id, "detail": str(err)}, status_code=409)
+
+
 async def _store_down(_request: Request, err: redis.RedisError) -> JSONResponse:
     log.warning("store unavailable: %s", type(err).__name__)  # the message may carry a URL; the class is enough
     return JSONResponse({"detail": "the store (Redis) is unavailable; try again"}, status_code=503)
@@ -69,6 +73,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request_invalid)  # type: ignore[arg-type]
     app.add_exception_handler(ValidationError, _client_invalid)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(Busy, _busy)  # type: ignore[arg-type]
     app.add_exception_handler(Unavailable, _unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(redis.ConnectionError, _store_down)  # type: ignore[arg-type]
     app.add_exception_handler(redis.TimeoutError, _store_down)  # type: ignore[arg-type]

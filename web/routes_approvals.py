@@ -14,7 +14,7 @@ router = APIRouter(prefix="/api")
 
 
 @router.post("/{kind}/{ident}/approvals/{tool_use_id}", response_model=None)
-def decide(
+async def decide(
     kind: Literal["chats", "runs"],
     ident: str,
     tool_use_id: str,
@@ -27,7 +27,7 @@ def decide(
     check_id(tool_use_id, "tool_use_id")
     which: Literal["chat", "run"] = "chat" if kind == "chats" else "run"
     if which == "run":
-        client.run_status(ident)  # 404 for an unknown run
+        await client.run_status(ident)  # 404 for an unknown run
     if body.approve:
-        return client.approve(ident, tool_use_id, by=body.by, kind=which)
-    return client.deny(ident, tool_use_id, reason=body.reason, by=body.by, kind=which)
+        return await client.approve(ident, tool_use_id, by=body.by, kind=which)
+    return await client.deny(ident, tool_use_id, reason=body.reason, by=body.by, kind=which)

@@ -21,42 +21,42 @@ router = APIRouter(prefix="/api/chats")
 
 
 @router.post("/{chat_id}/messages", status_code=202)
-def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
+async def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
     """Enqueue a turn; answers as `baton send --json`."""
-    ref = client.send_message(check_id(chat_id, "chat_id"), body.text)
-    return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
+    ref = await client.send_message(check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy)  # type: ignore[arg-type]
+    return (await client.turn(ref.chat_id, ref.turn_id)).model_dump(mode="json")
 
 
 @router.get("/{chat_id}/turns/{turn_id}")
-def turn(chat_id: str, turn_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def turn(chat_id: str, turn_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """A turn's result now (as `baton send --wait --json`, without waiting)."""
-    return client.turn(check_id(chat_id, "chat_id"), check_id(turn_id, "turn_id")).model_dump(mode="json")
+    return (await client.turn(check_id(chat_id, "chat_id"), check_id(turn_id, "turn_id"))).model_dump(mode="json")
 
 
 @router.post("/{chat_id}/retry", status_code=202)
-def retry(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def retry(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Re-run the chat's failed last turn (422 when it has none); answers as `baton retry --json`."""
-    ref = client.retry(check_id(chat_id, "chat_id"), kind="chat")
+    ref = await client.retry(check_id(chat_id, "chat_id"), kind="chat")
     if hasattr(ref, "run_id"):  # the client resolved the id to a run of the same name
-        return client.run_status(ref.run_id).model_dump(mode="json")
-    return client.turn(ref.chat_id, ref.turn_id).model_dump(mode="json")
+        return (await client.run_status(ref.run_id)).model_dump(mode="json")
+    return (await client.turn(ref.chat_id, ref.turn_id)).model_dump(mode="json")
 
 
 @router.post("/{chat_id}/stop")
-def stop(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def stop(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Ask the chat's running or queued turn to stop; as `baton stop --json` (`stopped` false if nothing ran)."""
-    out = client.stop(check_id(chat_id, "chat_id"), kind="chat")
+    out = await client.stop(check_id(chat_id, "chat_id"), kind="chat")
     return {"id": out["id"], "stopped": out["stopped"]}
 
 
 @router.get("/{chat_id}/transcript")
-def transcript(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def transcript(chat_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """`{"id", "messages"}`, as `baton transcript --json`."""
-    messages = client.transcript(check_id(chat_id, "chat_id"), kind="chat")
+    messages = await client.transcript(check_id(chat_id, "chat_id"), kind="chat")
     return {"id": chat_id, "messages": [m.model_dump(mode="json") for m in messages]}
 
 
 @router.get("/{chat_id}/stream")
-def stream(chat_id: str, request: Request) -> EventSourceResponse:
+async def stream(chat_id: str, request: Request) -> EventSourceResponse:
     """The chat's live stream (SSE); resumable with Last-Event-ID or ?after=."""
     return stream_response(request, keys.owner("chat", check_id(chat_id, "chat_id")))

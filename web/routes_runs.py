@@ -10,9 +10,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
-from tasks.client import Client
+from tasks.client import AsyncClient
 from tasks.store import keys
 from web import deps
 from web.bodies import RunIn
@@ -23,43 +22,44 @@ router = APIRouter(prefix="/api/runs")
 
 
 @router.post("", status_code=202)
-def start_run(body: RunIn, client: deps.ClientDep) -> dict[str, Any]:
+async def start_run(body: RunIn, client: deps.ClientDep) -> dict[str, Any]:
     """Start a run in `workspace` (a directory on the workers' machine); `{"run_id", "task_id"}`."""
     run_id = check_id(body.run_id, "run_id") if body.run_id is not None else None
-    ref = client.start_run(body.goal, body.workspace, run_id=run_id)
+    ref = await client.start_run(body.goal, body.workspace, run_id=run_id)
     return {"run_id": ref.run_id, "task_id": ref.task_id}
 
 
 @router.get("/{run_id}")
-def status(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def status(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """As `baton status --json`."""
-    return client.run_status(check_id(run_id, "run_id")).model_dump(mode="json")
+    return (await client.run_status(check_id(run_id, "run_id"))).model_dump(mode="json")
 
 
 @router.get("/{run_id}/transcript")
-def transcript(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
-    client.run_status(check_id(run_id, "run_id"))  # 404 for an unknown run
-    return {"id": run_id, "messages": [m.model_dump(mode="json") for m in client.transcript(run_id, kind="run")]}
+async def transcript(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    await client.run_status(check_id(run_id, "run_id"))  # 404 for an unknown run
+    messages = await client.transcript(run_id, kind="run")
+    return {"id": run_id, "messages": [m.model_dump(mode="json") for m in messages]}
 
 
 @router.post("/{run_id}/retry", status_code=202)
-def retry(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
+async def retry(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
     """Re-run a failed run (422 when it has not failed); answers as `baton retry --json` for a run."""
-    client.run_status(check_id(run_id, "run_id"))
-    ref = client.retry(run_id, kind="run")
-    return client.run_status(ref.run_id).model_dump(mode="json")  # type: ignore[union-attr]
+    await client.run_status(check_id(run_id, "run_id"))
+    ref = await client.retry(run_id, kind="run")
+    return (await client.run_status(ref.run_id)).model_dump(mode="json")  # type: ignore[union-attr]
 
 
 @router.post("/{run_id}/stop")
-def stop(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
-    client.run_status(check_id(run_id, "run_id"))
-    out = client.stop(run_id, kind="run")
+async def stop(run_id: str, client: deps.ClientDep) -> dict[str, Any]:
+    await client.run_status(check_id(run_id, "run_id"))
+    out = await client.stop(run_id, kind="run")
     return {"id": out["id"], "stopped": out["stopped"]}
 
 
 @router.get("/{run_id}/stream")
 async def stream(run_id: str, request: Request) -> EventSourceResponse:
     """The run's live stream (SSE). Unlike a chat's, a run exists only once POST /api/runs answered."""
-    client: Client = request.app.state.client
-    await run_in_threadpool(client.run_status, check_id(run_id, "run_id"))  # 404 (or 422) before the stream starts
+    client: AsyncClient = request.app.state.client
+    await client.run_status(check_id(run_id, "run_id"))  # 404 (or 422) before the stream starts
     return stream_response(request, keys.owner("run", run_id))

@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     p = cmd("send", "send a message to a chat")
     p.add_argument("chat_id")
     p.add_argument("text")
+    p.add_argument(
+        "--on-busy",
+        choices=["enqueue", "interrupt", "reject"],
+        default="enqueue",
+        help="when the chat has a turn queued or running: run after it (default), interrupt it, or refuse (exit 1)",
+    )
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
     p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
@@ -89,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tasks.cli.serve import serve
 
         return serve(args.host, args.port)
-    from tasks.client import Client, NotFound, Unavailable, ValidationError
+    from tasks.client import Busy, Client, NotFound, Unavailable, ValidationError
 
     try:
         client = Client()
@@ -103,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": str(err)}))
         print(f"baton: {err}", file=sys.stderr)
         return 2
+    except Busy as err:
+        if args.json:
+            print(json.dumps({"error": "busy", "turn_id": err.turn_id}))
+        print(f"baton: {err}", file=sys.stderr)
+        return 1
     except Unavailable as err:
         if args.json:
             print(json.dumps({"error": str(err), "unavailable": err.part}))
@@ -130,7 +141,10 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
     from tasks.cli.views import render_message, render_turn, run_exit, turn_exit
 
     if args.command in ("send", "retry"):
-        ref = client.send_message(args.chat_id, args.text) if args.command == "send" else client.retry(args.id)
+        if args.command == "send":
+            ref = client.send_message(args.chat_id, args.text, on_busy=args.on_busy)
+        else:
+            ref = client.retry(args.id)
         if hasattr(ref, "run_id"):
             status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
             _emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")

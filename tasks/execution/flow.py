@@ -67,6 +67,12 @@ class Loaded:
     started: bool = False  # `take` wrote the start already
 
 
+def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
+    """Whether the unit is to stop as it starts: the stop key names it (or all), or a new message interrupted it
+    while it was queued (`stop_reason`, written with that message's enqueue, read with the lease)."""
+    return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
+
+
 class Execution(Settling):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
@@ -141,7 +147,7 @@ class Execution(Settling):
             # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
             # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
             return Outcome("defer", "another unit of this owner holds the lease", 0.2)
-        if loaded.draining and loaded.stop not in (unit.unit_id, "*"):
+        if loaded.draining and not stopping(loaded, rec):
             # Picked up by a worker already shutting down (a threads pool's consumer keeps receiving for up to 2 s
             # after SIGTERM, and gets the very message a drained unit just requeued): hand it back untouched, to
             # another worker, rather than start it only to interrupt it again and count that against the unit.
@@ -233,7 +239,7 @@ class Execution(Settling):
             min_replicas=settings.redis_min_replicas,
         )
         self.journal = journal
-        if loaded.stop in (unit.unit_id, "*"):  # read with the lease (the watcher has cancelled already)
+        if stopping(loaded, rec):  # read with the lease (the watcher has cancelled already, for the stop key)
             if not journal.steps:
                 return self._settle_stopped(rec, LoopState())
             # Stopped with journaled rounds (parked for approval, or waiting after a drain): replay them, so the

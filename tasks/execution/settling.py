@@ -16,7 +16,7 @@ from agent.edge import LoopFailure
 from agent.events import encode_event
 from agent.failures import FailureClass
 from agent.history import backfill_dangling_calls
-from agent.messages import DEPLOY_NOTICE, STOPPED_NOTICE, Message, dump_message, notice
+from agent.messages import DEPLOY_NOTICE, Message, dump_message, notice, stop_notice
 from agent.policy import Driver, after_failure, after_interruption, after_unconfirmed, compute_backoff, policy_for
 from agent.provider.replay import RequestFailed
 from agent.rounds import build_round
@@ -28,6 +28,7 @@ from tasks.store.failover import FAILOVER_NOTICE, failed_over, replication_id
 from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
+from tasks.store.replies import text_or_none
 
 log = logging.getLogger("baton.execution")
 
@@ -125,6 +126,7 @@ class Settling:
         failure: Failure | None,
         extra: list[Message] | None = None,
         round_raw: bytes | None = None,
+        stop_reason: str | None = None,
     ) -> Outcome:
         log.info(
             "%s %s %s%s",
@@ -174,6 +176,8 @@ class Settling:
         if unreplicated:
             # Write tools that ran with no replica to confirm their write-ahead entry (tasks/store/replicas.py).
             data["unreplicated"] = unreplicated
+        if stop_reason is not None:
+            data["reason"] = stop_reason  # the page says "interrupted by a new message", not "stopped"
         if status != "completed":
             data.update(self._cut())  # text the unit was streaming when it failed or stopped is void
         if failure is not None:
@@ -223,8 +227,17 @@ class Settling:
         )
 
     def _settle_stopped(self, rec: UnitRecord, state: LoopState) -> Outcome:
+        """A user's stop, or an interrupt by a new message: every unfinished call gets the placeholder, and the
+        notice says which. The reason is read now: an interrupt marks a running turn's record after it started."""
         state.messages = backfill_dangling_calls(state.messages)
-        return self._settle(rec, state, "stopped", None, extra=[notice("stopped", STOPPED_NOTICE, self.unit.unit_id)])
+        why: str | None = rec.stop_reason
+        if why is None:
+            stored = text_or_none(self.client.hget(self.unit.record_key, "stop_reason"))
+            why = json.loads(stored) if stored else None
+        text = stop_notice(why)
+        return self._settle(
+            rec, state, "stopped", None, extra=[notice("stopped", text, self.unit.unit_id)], stop_reason=why
+        )
 
     def _failed(self, rec: UnitRecord, state: LoopState, err: RequestFailed | LoopFailure) -> Outcome:
         unit, settings = self.unit, self.settings

@@ -26,7 +26,7 @@ from tasks.store.replies import text_or_none
 
 # KEYS: record, approvals hash, events stream, PENDING, APPROVAL_DUE.
 # ARGV: tool_use_id, decision JSON, event JSON, owner id, now, due member, events maxlen.
-_DECIDE = """
+DECIDE = """
 local existing = redis.call('HGET', KEYS[2], ARGV[1])
 if existing then return {'already', existing} end
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -67,6 +67,56 @@ def due_member(owner_id: str, unit_id: str, tool_use_id: str) -> str:
     return json.dumps([owner_id, unit_id, tool_use_id])
 
 
+def decide_call(
+    rec: UnitRecord,
+    tool_use_id: str,
+    decision: Decision,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    expired: bool = False,
+    now: float,
+) -> tuple[list[str], list[str]]:
+    """The decide script's keys and arguments (no I/O: the sync and the async client both run it)."""
+    body: dict[str, Any] = {"decision": decision, "reason": reason, "by": by, "at": now}
+    if expired:
+        body["expired"] = True
+    owner = rec.owner_id
+    data: dict[str, Any] = {"tool_use_id": tool_use_id, "by": by or "someone"}
+    if rec.kind == "turn":
+        data["turn_id"] = rec.unit_id
+    if reason:
+        data["reason"] = reason
+    event = encode_event(f"tool.{decision}", owner, data, at=now)
+    script_keys = [
+        keys.record(owner, rec.unit_id),
+        keys.approvals(owner, rec.unit_id),
+        keys.events(owner),
+        keys.PENDING,
+        keys.APPROVAL_DUE,
+    ]
+    args = [
+        tool_use_id,
+        json.dumps(body),
+        event,
+        owner,
+        repr(now),
+        due_member(owner, rec.unit_id, tool_use_id),
+        str(EVENTS_MAXLEN),
+    ]
+    return script_keys, args
+
+
+def decided(reply: list[bytes | str], decision: Decision) -> Decided:
+    """The decide script's reply to a `decision` as `Decided`."""
+    outcome, detail = (text_or_none(part) or "" for part in reply)
+    if outcome == "already":
+        return Decided("already", json.loads(detail)["decision"])
+    if outcome == "decided":
+        return Decided("decided", decision, resume=detail == "resume")
+    return Decided("unknown" if outcome == "unknown" else "not_waiting")
+
+
 def decide(
     client: redis.Redis,
     rec: UnitRecord,
@@ -80,38 +130,13 @@ def decide(
 ) -> Decided:
     """Record a decision on one waiting call of `rec` (see the module docstring)."""
     now = time.time() if now is None else now
-    body: dict[str, Any] = {"decision": decision, "reason": reason, "by": by, "at": now}
-    if expired:
-        body["expired"] = True
-    owner = rec.owner_id
-    data: dict[str, Any] = {"tool_use_id": tool_use_id, "by": by or "someone"}
-    if rec.kind == "turn":
-        data["turn_id"] = rec.unit_id
-    if reason:
-        data["reason"] = reason
-    event = encode_event(f"tool.{decision}", owner, data, at=now)
-    reply = client.eval(
-        _DECIDE,
-        5,
-        keys.record(owner, rec.unit_id),
-        keys.approvals(owner, rec.unit_id),
-        keys.events(owner),
-        keys.PENDING,
-        keys.APPROVAL_DUE,
-        tool_use_id,
-        json.dumps(body),
-        event,
-        owner,
-        repr(now),
-        due_member(owner, rec.unit_id, tool_use_id),
-        str(EVENTS_MAXLEN),
-    )
-    outcome, detail = (text_or_none(part) or "" for part in reply)
-    if outcome == "already":
-        return Decided("already", json.loads(detail)["decision"])
-    if outcome == "decided":
-        return Decided("decided", decision, resume=detail == "resume")
-    return Decided("unknown" if outcome == "unknown" else "not_waiting")
+    script_keys, args = decide_call(rec, tool_use_id, decision, reason=reason, by=by, expired=expired, now=now)
+    return decided(client.eval(DECIDE, len(script_keys), *script_keys, *args), decision)
+
+
+def waiting_call(rec: UnitRecord | None, tool_use_id: str) -> bool:
+    """Whether `rec` lists `tool_use_id` among the calls it waits on."""
+    return rec is not None and any(call.get("tool_use_id") == tool_use_id for call in rec.approvals)
 
 
 def find_waiting(client: redis.Redis, owner_id: str, tool_use_id: str, *, recent: int = 20) -> UnitRecord | None:
@@ -129,7 +154,7 @@ def find_waiting(client: redis.Redis, owner_id: str, tool_use_id: str, *, recent
         rec = load_record(client, owner_id, turn_id)
         if rec is None:
             continue
-        if any(call.get("tool_use_id") == tool_use_id for call in rec.approvals):
+        if waiting_call(rec, tool_use_id):
             return rec
         if client.hexists(keys.approvals(owner_id, turn_id), tool_use_id):
             return rec

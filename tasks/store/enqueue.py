@@ -11,35 +11,68 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import redis
 
 from tasks.store import keys
 from tasks.store.records import TERMINAL
+from tasks.store.replies import text
 
-# KEYS: turn list, queue, round slot, events, PENDING, the new record.
+OnBusy = Literal["enqueue", "interrupt", "reject"]
+
+# KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key.
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
-# the terminal statuses (JSON) as one space-separated list, then the new record's fields and values.
+# the terminal statuses (JSON) as one space-separated list, on_busy, then the new record's fields and values.
+# Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
+# the id of a parked head woken to stop ('' for none)}.
 _ENQUEUE = """
+local function finished(status)
+  return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
+end
+local mode = ARGV[8]
+-- The chat's unfinished turns, oldest first: the one running (or about to) and those queued behind it.
+local busy = {}
+if mode ~= 'enqueue' then
+  for _, id in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    if not finished(redis.call('HGET', ARGV[1] .. id, 'status')) then busy[#busy + 1] = id end
+  end
+  if mode == 'reject' and #busy > 0 then return {'busy', busy[1]} end
+end
 local last = redis.call('LINDEX', KEYS[1], -1)
 local status = false
 if last then
   status = redis.call('HGET', ARGV[1] .. last, 'status')
-  if status == '"failed"' and ARGV[6] == '1' then return last end
+  if status == '"failed"' and ARGV[6] == '1' then return {'failed', last} end
 end
 local fields = {}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[6], unpack(fields))
 local queued = redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[1], ARGV[3])
 -- A new message invalidates a finished turn's stored round; an unfinished turn may still be about to resume from
 -- its own (an automatic resume), so its round is left alone. A last turn without a record counts as finished.
-if not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true) then
+if finished(status) then
   redis.call('DEL', KEYS[3])
 end
 redis.call('XADD', KEYS[4], '*', 'e', ARGV[5])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[2])
-return queued
+local woken = ''
+if mode == 'interrupt' and #busy > 0 then
+  -- Every unfinished turn ahead stops as a user stop does, with the interrupt's notice: the running one by the
+  -- stop key its watcher polls, the queued ones by their records when the hand-off starts them. The new turn
+  -- is published by the hand-off of the last of them to settle.
+  for _, id in ipairs(busy) do redis.call('HSET', ARGV[1] .. id, 'stop_reason', '"interrupt"') end
+  redis.call('SET', KEYS[7], busy[1], 'EX', 86400)
+  local head = ARGV[1] .. busy[1]
+  if redis.call('HGET', head, 'status') == '"waiting"' and redis.call('HGET', head, 'waiting_reason') == '"approval"'
+  then
+    -- Parked for approval, it holds no worker to see the flag: back to queued, and the caller publishes it.
+    redis.call('HSET', head, 'status', '"queued"', 'waiting_reason', 'null', 'updated_at', ARGV[4])
+    woken = busy[1]
+  end
+end
+return {'queued', queued, woken}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -51,10 +84,69 @@ class Enqueued:
 
     failed_last: str | None = None
     ahead: int = 0  # unfinished turns before the new one in the chat's queue when it was written
+    busy: str | None = None  # `reject`: the chat's oldest unfinished turn (and nothing was written)
+    woken: str | None = None  # `interrupt`: the head turn parked for approval, woken to stop (the caller sends it)
+
+
+@dataclass(frozen=True)
+class EnqueueCall:
+    """The enqueue script's keys and arguments, built without I/O (both clients call it)."""
+
+    keys: list[str]
+    args: list[str]
+
+
+def enqueue_call(
+    owner_id: str,
+    turn_id: str,
+    record: Mapping[str, str],
+    event: str,
+    now: float,
+    *,
+    if_failed: bool,
+    on_busy: OnBusy = "enqueue",
+) -> EnqueueCall:
+    """The script's keys and arguments for writing turn `turn_id` (see `_ENQUEUE`)."""
+    fields = [part for item in record.items() for part in item]
+    return EnqueueCall(
+        keys=[
+            keys.turns(owner_id),
+            keys.queue(owner_id),
+            keys.round_slot(owner_id),
+            keys.events(owner_id),
+            keys.PENDING,
+            keys.record(owner_id, turn_id),
+            keys.stop(owner_id),
+        ],
+        args=[
+            keys.record(owner_id, ""),
+            owner_id,
+            turn_id,
+            repr(now),
+            event,
+            "1" if if_failed else "0",
+            _TERMINAL_JSON,
+            on_busy,
+            *fields,
+        ],
+    )
+
+
+def enqueued(reply: list[Any]) -> Enqueued:
+    """The script's reply as `Enqueued`."""
+    what = text(reply[0])
+    if what == "failed":
+        return Enqueued(failed_last=text(reply[1]))
+    if what == "busy":
+        return Enqueued(busy=text(reply[1]))
+    return Enqueued(ahead=int(reply[1]) - 1, woken=text(reply[2]) or None)
+
+
+SCRIPT = _ENQUEUE
 
 
 class Enqueue:
-    """The enqueue script, registered once per client (EVALSHA after the first call)."""
+    """The enqueue script, registered once per (sync) client (EVALSHA after the first call)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._script = client.register_script(_ENQUEUE)
@@ -69,31 +161,10 @@ class Enqueue:
         now: float,
         *,
         if_failed: bool,
+        on_busy: OnBusy = "enqueue",
     ) -> Enqueued:
         """Write the new turn (and say how many turns are ahead of it); or, with `if_failed`, hand back the id
-        of a failed last turn and write nothing."""
-        fields = [part for item in record.items() for part in item]
-        found = self._script(
-            keys=[
-                keys.turns(owner_id),
-                keys.queue(owner_id),
-                keys.round_slot(owner_id),
-                keys.events(owner_id),
-                keys.PENDING,
-                keys.record(owner_id, turn_id),
-            ],
-            args=[
-                keys.record(owner_id, ""),
-                owner_id,
-                turn_id,
-                repr(now),
-                event,
-                "1" if if_failed else "0",
-                _TERMINAL_JSON,
-                *fields,
-            ],
-            client=client,
-        )
-        if isinstance(found, int):
-            return Enqueued(ahead=found - 1)
-        return Enqueued(failed_last=found.decode() if isinstance(found, bytes) else str(found))
+        of a failed last turn and write nothing; or, with `on_busy="reject"` and a turn unfinished, write nothing
+        and name it. With `on_busy="interrupt"` every unfinished turn ahead is marked to stop, in the same script."""
+        call = enqueue_call(owner_id, turn_id, record, event, now, if_failed=if_failed, on_busy=on_busy)
+        return enqueued(self._script(keys=call.keys, args=call.args, client=client))

@@ -49,6 +49,8 @@ class UnitRecord(BaseModel):
     auto_resumes: int = 0
     interruptions: int = 0
     waiting_reason: str | None = None
+    # "interrupt": a new message sent with on_busy="interrupt" stops this turn (and its notice says so).
+    stop_reason: Literal["interrupt"] | None = None
     approvals: list[dict[str, Any]] = Field(default_factory=list)  # calls waiting for a person: id, name, input
     resume_pending: bool = False
     history_len: int = -1  # transcript entries before this generation's own messages; -1: not started

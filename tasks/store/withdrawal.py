@@ -23,7 +23,7 @@ from tasks.store.records import Failure, UnitRecord
 # KEYS: record, chat queue (a run's: any unused key), events, round slot, settled signal.
 # ARGV: task id (JSON), failure (JSON), unit id, now, events maxlen, the failed event without a stored round, and
 # with one, the settled signal's maxlen.
-_WITHDRAW = """
+WITHDRAW = """
 if redis.call('HGET', KEYS[1], 'status') ~= '"queued"' or redis.call('HGET', KEYS[1], 'task_id') ~= ARGV[1]
 then return 0 end
 redis.call('HSET', KEYS[1], 'status', '"failed"', 'failure', ARGV[2], 'waiting_reason', 'null', 'updated_at', ARGV[4])
@@ -34,31 +34,36 @@ return 1
 """
 
 
-def withdraw(client: redis.Redis, rec: UnitRecord, task_id: str, failure: Failure) -> bool:
-    """Fail `rec` if it is still queued under `task_id`; True when it was."""
+def withdraw_call(rec: UnitRecord, task_id: str, failure: Failure, now: float) -> tuple[list[str], list[str]]:
+    """The withdraw script's keys and arguments (no I/O: the sync and the async client both run it)."""
     kind = "turn" if rec.kind == "turn" else "run"
     ids = {"turn_id": rec.unit_id} if kind == "turn" else {}
     data = {**ids, "class": failure.failure_class, "retryable": failure.retryable, "message": failure.message}
-    at = time.time()
     events = [
-        encode_event(f"{kind}.failed", rec.owner_id, {**data, "resumable_round": stored}, at=at)
+        encode_event(f"{kind}.failed", rec.owner_id, {**data, "resumable_round": stored}, at=now)
         for stored in (False, True)
     ]
     queue = keys.queue(rec.owner_id) if kind == "turn" else keys.record(rec.owner_id, rec.unit_id) + ":none"
-    done = client.eval(
-        _WITHDRAW,
-        5,
+    script_keys = [
         keys.record(rec.owner_id, rec.unit_id),
         queue,
         keys.events(rec.owner_id),
         keys.round_slot(rec.owner_id),
         keys.settled(rec.owner_id),
+    ]
+    args = [
         json.dumps(task_id),
         failure.model_dump_json(by_alias=True),
         rec.unit_id,
-        json.dumps(at),
+        json.dumps(now),
         str(EVENTS_MAXLEN),
         *events,
         str(settled.MAXLEN),
-    )
-    return bool(done)
+    ]
+    return script_keys, args
+
+
+def withdraw(client: redis.Redis, rec: UnitRecord, task_id: str, failure: Failure) -> bool:
+    """Fail `rec` if it is still queued under `task_id`; True when it was."""
+    script_keys, args = withdraw_call(rec, task_id, failure, time.time())
+    return bool(client.eval(WITHDRAW, len(script_keys), *script_keys, *args))
