@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -116,7 +117,8 @@ class Session:
         if self.spec.transport == "stdio":
             from mcp.client.stdio import stdio_client
 
-            return stdio_client(self._launch(self.spec))
+            # The real stderr: a Celery worker's sys.stderr is a logging proxy with no file descriptor to hand on.
+            return stdio_client(self._launch(self.spec), errlog=sys.__stderr__ or sys.stderr)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 

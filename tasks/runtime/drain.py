@@ -40,6 +40,9 @@ from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_mes
 from tasks.store import connect, keys
 
 log = logging.getLogger("baton.drain")
+# The MCP SDK's HTTP client logs every request at INFO: a line per tool call in a worker's log says nothing useful.
+for _chatty in ("httpx", "httpx2"):
+    logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
