@@ -41,6 +41,11 @@ def _servers_file(stack, servers: dict) -> str:
     return str(path)
 
 
+def _redis(stack) -> redis.Redis:
+    # redis-py 8 reads with a 5 s socket timeout by default; the BLPOPs below wait up to 45 s.
+    return redis.Redis.from_url(stack.redis_server.url, socket_timeout=60)
+
+
 def _calls(r: redis.Redis, server: str, tool: str) -> int:
     return int(r.get(key(server, f"calls:{tool}")) or 0)
 
@@ -102,7 +107,7 @@ def _events(client, ident: str, kind: str) -> list[dict]:
 def test_a_turn_calls_read_and_write_tools_of_a_stdio_and_an_http_server_each_once(stack, http_server):
     """One answer calls a stdio server's read and write and an HTTP server's write: each runs once, the events
     name the server, the write gets the call's idempotency key in `_meta`, and `baton tools` lists them all."""
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = _redis(stack)
     path = _servers_file(
         stack, {"notes": _stdio("notes", stack.redis_server.url), "web": {"url": http_server, "headers": {}}}
     )
@@ -145,7 +150,7 @@ def test_a_turn_calls_read_and_write_tools_of_a_stdio_and_an_http_server_each_on
 def test_sigkill_mid_write_the_second_worker_never_repeats_it(stack):
     """SIGKILL the worker (and so its server's stdin) inside a non-idempotent MCP write: the second worker's
     resume finds the `committing` entry and answers the placeholder; the write ran once, the turn completes."""
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = _redis(stack)
     path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url)})
     stack.fake_api.set_handler(
         Script([tool_call("notes__blocking_write", {"note": "once"}, id="toolu_b"), text("recovered")])
@@ -154,7 +159,7 @@ def test_sigkill_mid_write_the_second_worker_never_repeats_it(stack):
     client = stack.client()
     try:
         ref = client.send_message("m2", "write once")
-        assert r.blpop([key("notes", "started")], timeout=60) is not None
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
         w1.kill9()
         stack.worker("w2", BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
         result = client.wait(ref, timeout=60)
@@ -172,7 +177,7 @@ def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without
     """SIGTERM while a coding run's MCP write runs: the write gets its grace and its result is recorded, the
     worker's server is closed before the worker exits — even one that ignores its stdin closing (the SDK then
     kills it) — and the run resumes on another worker, nothing repeated."""
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = _redis(stack)
     path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url, MCP_TEST_LINGER="1")})
     stack.fake_api.set_handler(
         Script([tool_call("notes__blocking_write", {"note": "a"}), STALL, tool_call("notes__lookup", {"key_name": "x"}),
@@ -182,7 +187,7 @@ def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without
     client = stack.client()
     try:
         ref = client.start_run("write a note", workspace=tmp_path)
-        assert r.blpop([key("notes", "started")], timeout=60) is not None
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
         (first,) = _pids(r, "notes")
         worker_a.terminate()
         r.rpush(key("notes", "release"), "go")  # the write finishes inside its drain grace
@@ -204,7 +209,7 @@ def test_approval_by_annotation_and_a_crashing_server_restarted(stack):
     """BATON_MCP_APPROVAL=destructive: a write with `destructiveHint: false` runs, a destructive one waits for a
     person and runs once approved. A server that dies mid-call answers `is_error` naming it, is started again,
     and the next call works; a server that cannot start is logged and the worker serves the rest."""
-    r = redis.Redis.from_url(stack.redis_server.url)
+    r = _redis(stack)
     path = _servers_file(
         stack, {"notes": _stdio("notes", stack.redis_server.url), "broken": {"command": "/nonexistent/mcp-server"}}
     )
