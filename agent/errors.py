@@ -34,6 +34,10 @@ class ToolLoadError(BatonError):
     failure_class = "tool_error"  # the unit's tools cannot run; retryable once the worker's BATON_TOOLS is mended
 
 
+class McpConfigError(ToolLoadError):
+    """`BATON_MCP_SERVERS` names a file that is not a valid `mcpServers` document."""
+
+
 class CueLoadError(BatonError):
     """`BATON_SCRIPTED_CUES` names something that is not a mapping of texts to scripted cues."""
 

@@ -39,13 +39,14 @@ def run_loop(
 ) -> LoopState:
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
     tool_specs = [t.to_api() for t in tools.values()]
+    servers = {t.name: t.server for t in tools.values() if t.server is not None}
     live = live or NoLiveText()
     view = RequestHistory()  # the request's history, grown round by round instead of rebuilt
     while True:
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live)
+        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live, servers)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))

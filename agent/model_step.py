@@ -9,6 +9,7 @@ nothing to anyone: it cannot be counted.)
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,10 @@ def model_step(
     cancel: CancelToken,
     config: LoopConfig,
     live: LiveText,
+    servers: Mapping[str, str] | None = None,
 ) -> Answer:
+    """Ask the model once (or replay its journaled answer). `servers` maps an MCP tool's name to its server, which
+    its `tool.called` event names."""
     step_id = f"model:{state.rounds_used}"
     recorded = edge.recorded(step_id)
     if recorded is not None:
@@ -176,8 +180,18 @@ def model_step(
         "token_scale": state.token_scale,
         "unit_usage": state.usage.model_dump(),
     }
+    servers = servers or {}
     events: list[EventDraft] = [
-        ("tool.called", {"turn_id": config.turn_id, "tool_use_id": b.id, "name": b.name, "input": b.input})
+        (
+            "tool.called",
+            {
+                "turn_id": config.turn_id,
+                "tool_use_id": b.id,
+                "name": b.name,
+                "input": b.input,
+                **({"server": servers[b.name]} if b.name in servers else {}),
+            },
+        )
         for b in answer.tool_uses
     ]
     if config.driver is Driver.CODING_RUN:

@@ -31,6 +31,13 @@ class PerProcess(Generic[V]):
                 found = self._made[full] = make()
             return found
 
+    def take_mine(self) -> list[V]:
+        """Remove and return this process's entries (to close them at its shutdown)."""
+        pid = os.getpid()
+        with self._lock:
+            mine = [key for key in self._made if key[0] == pid]
+            return [self._made.pop(key) for key in mine]
+
     def clear(self) -> None:
         with self._lock:
             self._made.clear()

@@ -52,7 +52,7 @@ def run_round(
                 pending.append(call.id)  # the round's other calls still run; it is answered once all are settled
                 continue
             if decided["decision"] != "approved":
-                results.append(_denied_step(call, state, edge, config, decided))
+                results.append(_denied_step(call, state, edge, config, decided, tool.server))
                 continue
         block = _tool_step(call, state, tools, edge, cancel, config)
         results.append(block)
@@ -97,7 +97,12 @@ def _approval(call: ToolUseBlock, edge: Edge, config: LoopConfig) -> dict[str, A
 
 
 def _denied_step(
-    call: ToolUseBlock, state: LoopState, edge: Edge, config: LoopConfig, decided: dict[str, Any]
+    call: ToolUseBlock,
+    state: LoopState,
+    edge: Edge,
+    config: LoopConfig,
+    decided: dict[str, Any],
+    server: str | None = None,
 ) -> ToolResultBlock:
     """A denied (or expired) call: never run; the model gets the denial as an error result."""
     block = ToolResultBlock(tool_use_id=call.id, content=denial_text(decided), is_error=True)
@@ -112,7 +117,8 @@ def _denied_step(
         "log_status": "denied",
     }
     ids = {"tool_use_id": call.id, "name": call.name, "status": "denied"}
-    events: list[EventDraft] = [("tool.result", {"turn_id": config.turn_id, **ids, "is_error": True})]
+    where = {"server": server} if server is not None else {}
+    events: list[EventDraft] = [("tool.result", {"turn_id": config.turn_id, **ids, "is_error": True, **where})]
     if config.driver is Driver.CODING_RUN:
         events.insert(0, ("run.step", {"step": f"tool:{call.id}", "kind": "tool", **ids}))
     edge.record(f"tool:{call.id}", record, events)
@@ -210,6 +216,7 @@ def _tool_step(
                 "name": call.name,
                 "status": status,
                 "is_error": block.is_error,
+                **({"server": tool.server} if tool is not None and tool.server is not None else {}),
             },
         )
     ]

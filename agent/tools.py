@@ -38,6 +38,8 @@ class Tool:
     fn: Callable[..., Any] = field(repr=False)
     idempotent: bool = False
     approval: bool = False
+    server: str | None = None
+    """The MCP server a tool comes from (None: a Python `@tool`); events and `baton tools` name it."""
     _validator: Any = field(default=None, repr=False, compare=False)
 
     def to_api(self) -> dict[str, Any]:
@@ -45,6 +47,13 @@ class Tool:
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.fn(**kwargs)
+
+    @property
+    def source(self) -> str:
+        """Where the tool comes from: `mcp:NAME` for an MCP server's, `python:module` for a `@tool`."""
+        if self.server is not None:
+            return f"mcp:{self.server}"
+        return f"python:{getattr(self.fn, '__module__', None) or '?'}"
 
 
 @dataclass(frozen=True)

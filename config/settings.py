@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     provider: Literal["anthropic", "openai", "scripted"] = "anthropic"
     model: str = Field(DEFAULT_MODEL, min_length=1)
     tools: str = ""
+    # MCP servers (contract: "MCP tools"): the path of an `mcpServers` JSON file, which of their calls wait for a
+    # person, and how long one call may take before its server counts as hung (and is started again).
+    mcp_servers: str = ""
+    mcp_approval: Literal["none", "destructive", "writes"] = "none"
+    mcp_timeout: float = Field(60.0, gt=0, le=3600)
     stream_idle_timeout: float = Field(20.0, gt=0, le=3600)
     retry_budget: int = Field(4, ge=1, le=20)
     round_ttl: int = Field(600, ge=1)

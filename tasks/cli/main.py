@@ -73,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("tool_use_id")
     p.add_argument("--reason")
     p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
+    cmd("tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)")
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
     p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tasks.demo.scenarios import main as demo_main
 
         return demo_main(json_output=args.json, keep=args.keep)
+    if args.command == "tools":
+        from tasks.cli.tools import main as tools_main
+
+        return tools_main(args.json)
     if args.command == "serve":
         from tasks.cli.serve import serve
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
 
 import redis
 
+from agent.errors import ToolDefinitionError
+from agent.mcp.config import ServerSpec, load_servers
+from agent.mcp.connections import Servers
+from agent.mcp.mapping import RemoteTool, baton_tool
 from agent.per_process import PerProcess
 from agent.policy import Backoff
 from agent.provider.base import Provider
@@ -131,8 +136,10 @@ def _chat_tools(spec: str) -> Mapping[str, Tool]:
 
 
 def chat_tools(settings: Settings) -> Mapping[str, Tool]:
-    """A chat turn's tools: the same read-only set for every turn of the process."""
-    return _chat_tools(settings.tools)
+    """A chat turn's tools: `BATON_TOOLS`, and the MCP servers' tools as they are listed now."""
+    if not settings.mcp_servers:
+        return _chat_tools(settings.tools)
+    return MappingProxyType(by_name([*_loaded(settings.tools), *mcp_tools(settings)]))
 
 
 def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
@@ -143,5 +150,70 @@ def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
 
 
 def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
-    """A run's tools: its workspace's own (they are bound to its directory) and the shared `BATON_TOOLS`."""
-    return by_name([*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools)])
+    """A run's tools: its workspace's own (they are bound to its directory), the shared `BATON_TOOLS`, and the MCP
+    servers' tools."""
+    return by_name(
+        [*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools), *mcp_tools(settings)]
+    )
+
+
+def without_mcp(settings: Settings) -> Settings:
+    """The settings with no MCP servers (what the master checks before the fork, starting none itself)."""
+    return settings.model_copy(update={"mcp_servers": ""})
+
+
+@lru_cache(maxsize=4)
+def mcp_specs(path: str) -> tuple[ServerSpec, ...]:
+    """`BATON_MCP_SERVERS` read and checked once per process (`McpConfigError` names what is wrong)."""
+    return load_servers(path)
+
+
+_mcp: PerProcess[Servers] = PerProcess()
+_mcp_built: dict[tuple[int, str, str], tuple[tuple[RemoteTool, ...], tuple[Tool, ...]]] = {}
+log = logging.getLogger("baton.mcp")
+
+
+def mcp_servers(settings: Settings) -> Servers | None:
+    """This process's connections to the MCP servers (made after a fork, in the process that calls them)."""
+    if not settings.mcp_servers:
+        return None
+    specs = mcp_specs(settings.mcp_servers)
+    return _mcp.get(
+        (settings.mcp_servers, settings.mcp_timeout), lambda: Servers(specs, call_timeout=settings.mcp_timeout)
+    )
+
+
+def mcp_tools(settings: Settings) -> list[Tool]:
+    """The MCP servers' tools as Baton tools (servers that are down started again first; one that cannot start
+    offers the tools it listed last, whose calls then say it is unavailable)."""
+    servers = mcp_servers(settings)
+    if servers is None:
+        return []
+    out: list[Tool] = []
+    for name, listed in servers.listing().items():
+        key = (id(servers), name, settings.mcp_approval)
+        cached = _mcp_built.get(key)
+        if cached is None or cached[0] is not listed:  # rebuilt only when the server's list changed
+            cached = _mcp_built[key] = (listed, tuple(_as_tools(servers, name, listed, settings)))
+        out += cached[1]
+    return out
+
+
+def _as_tools(servers: Servers, name: str, listed: tuple[RemoteTool, ...], settings: Settings) -> list[Tool]:
+    def call(tool: str, arguments: dict[str, object], key: str | None) -> str:
+        return servers.call(name, tool, arguments, key)
+
+    tools = []
+    for remote in listed:
+        try:
+            tools.append(baton_tool(name, remote, settings.mcp_approval, call))
+        except ToolDefinitionError as err:  # one bad tool must not take its server's others away
+            log.warning("mcp: server %s: tool %r left out: %s", name, remote.name, err)
+    return tools
+
+
+def close_mcp(timeout: float) -> None:
+    """Close this process's MCP sessions (stdio servers stopped) within `timeout`; a no-op when there are none."""
+    made = _mcp.take_mine()
+    for servers in made:
+        servers.close(timeout)

@@ -26,7 +26,7 @@ from celery import signals
 from celery.concurrency import get_implementation
 
 from agent import commands
-from agent.errors import CueLoadError, ToolDefinitionError, ToolLoadError
+from agent.errors import CueLoadError, McpConfigError, ToolDefinitionError, ToolLoadError
 from config.topology import broker_kind
 from tasks import reach
 from tasks.app import app, settings
@@ -40,12 +40,17 @@ from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_mes
 from tasks.store import connect, keys
 
 log = logging.getLogger("baton.drain")
+# The MCP SDK's HTTP client logs every request at INFO: a line per tool call in a worker's log says nothing useful.
+for _chatty in ("httpx", "httpx2"):
+    logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 DRAIN_FLAG_TTL_S = 300
 _sweeper_halt = threading.Event()
 _sandbox_notice: list[tuple[int, str]] = []
 _provider_notice: list[tuple[int, str]] = []
 _green_pool = [False]  # set at worker_init: the pool's consumer loop is Celery's blocking synloop under gevent/eventlet
+_prefork = [True]  # set at worker_init: units run in forked children (else in this process, which owns the MCP servers)
+MCP_CLOSE_SECONDS = 6.0  # the SDK gives a stdio server 2 s to exit once its stdin closes, then kills its process tree
 
 
 @signals.worker_shutting_down.connect
@@ -93,6 +98,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
         log.log(level, "sandbox: %s", message)
     for level, message in _provider_notice:
         log.log(level, "provider: %s", message)
+    if not _prefork[0]:
+        _start_mcp_servers()
     # Nothing here may need the store: a worker started while it is down must still start its sweeps, which
     # wait for it (a handler that raised here left the worker consuming with no sweeper at all).
     threading.Thread(target=_sweep_forever, args=(hostname,), name="baton-sweeper", daemon=True).start()
@@ -166,8 +173,13 @@ def _prepare_worker(sender: Any = None, **_: Any) -> None:
     if settings.provider == "anthropic":
         # Imported once here, shared by the forked children; otherwise each child pays seconds on its first turn.
         import agent.provider.anthropic_provider  # noqa: F401
+    _prefork[0] = "prefork" in pool_class(sender).__module__
     try:
-        wiring.chat_tools(settings)
+        wiring.mcp_specs(settings.mcp_servers)
+    except McpConfigError as err:
+        _refuse_to_start("BATON_MCP_SERVERS", err)
+    try:
+        wiring.chat_tools(wiring.without_mcp(settings))  # the MCP servers start after the fork, in each process
     except (ToolLoadError, ToolDefinitionError) as err:
         _refuse_to_start("BATON_TOOLS", err)
     if settings.provider == "scripted":
@@ -265,6 +277,25 @@ def _on_child_start(**_: Any) -> None:
     # A forked child must not share the parent's sockets.
     wiring.forget_clients()
     _prefork_child[0] = True
+    _start_mcp_servers()
+
+
+def _start_mcp_servers() -> None:
+    """Start this process's MCP servers in the background (a server that cannot start is logged now); the first
+    unit waits for them. Off the start's path: Celery gives a pool child a few seconds to come up."""
+    if settings.mcp_servers:
+        threading.Thread(target=wiring.mcp_tools, args=(settings,), name="baton-mcp-start", daemon=True).start()
+
+
+@signals.worker_process_shutdown.connect
+def _on_child_exit(**_: Any) -> None:
+    wiring.close_mcp(MCP_CLOSE_SECONDS)
+
+
+@signals.worker_shutdown.connect
+def _on_worker_exit(**_: Any) -> None:
+    # A pool that runs its units in this process (solo, threads) started its MCP servers here.
+    wiring.close_mcp(MCP_CLOSE_SECONDS)
 
 
 # Celery resets a prefork child's SIGTERM, and billiard then makes it exit at once: a SIGTERM sent to the worker's

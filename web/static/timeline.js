@@ -55,6 +55,7 @@ function tagsOf(type, ev) {
   if (ev.discarded) tag("discarded", "tag-discarded", "timeline-discarded");
   if (ev.retryable != null && type.endsWith(".failed")) tag(ev.retryable ? "retryable" : "not retryable");
   if (ev.name) tag(ev.name, "tag-tool");
+  if (ev.server) tag(`MCP server ${ev.server}`, "tag-server", "timeline-server"); // the tool came from an MCP server
   if (ev.status) tag(ev.status);
   if (ev.resumed) tag("resumed");
   return tags;

@@ -1,0 +1,75 @@
+"""`baton tools`: every tool a worker with these settings would offer, with its effect and where it comes from.
+
+An operator checks here what each MCP server's annotations made of its tools (a read, a write, idempotent,
+waiting for approval) before trusting them with a ledger. The MCP servers are started as a worker would start
+them, listed, and stopped again; one that cannot start is reported with its reason (exit status 1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from agent.errors import McpConfigError, ToolDefinitionError, ToolLoadError
+from config.settings import Settings, SettingsError, load_settings
+
+
+def tools_report(settings: Settings) -> dict[str, Any]:
+    """`{"tools": [...], "servers": {NAME: {"transport", "status", "error"}}}` for these settings."""
+    from tasks.execution import wiring
+
+    python_tools = list(wiring.chat_tools(wiring.without_mcp(settings)).values())
+    servers = wiring.mcp_servers(settings)
+    try:
+        mcp_tools = wiring.mcp_tools(settings)
+        status = servers.status() if servers is not None else {}
+        specs = servers.specs if servers is not None else {}
+    finally:
+        wiring.close_mcp(6.0)
+    tools = [
+        {
+            "name": t.name,
+            "effect": t.effect,
+            "idempotent": t.idempotent,
+            "approval": t.approval,
+            "source": t.source,
+            "description": t.description,
+        }
+        for t in [*python_tools, *mcp_tools]
+    ]
+    report = {
+        name: {"transport": spec.transport, "status": "up" if status.get(name) is None else "unavailable",
+               "error": status.get(name)}
+        for name, spec in specs.items()
+    }
+    return {"tools": tools, "servers": report}
+
+
+def main(json_output: bool) -> int:
+    try:
+        settings = load_settings()
+        report = tools_report(settings)
+    except SettingsError as err:
+        return _fail(json_output, str(err))
+    except McpConfigError as err:
+        return _fail(json_output, f"invalid settings: BATON_MCP_SERVERS: {err}")
+    except (ToolLoadError, ToolDefinitionError) as err:
+        return _fail(json_output, f"invalid settings: BATON_TOOLS: {err}")
+    if json_output:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        for t in report["tools"]:
+            flags = [t["effect"]] + [flag for flag in ("idempotent", "approval") if t[flag]]
+            print(f"{t['name']:<40} {' '.join(flags):<28} {t['source']}")
+        for name, server in report["servers"].items():
+            if server["error"]:
+                print(f"mcp server {name}: unavailable: {server['error']}", file=sys.stderr)
+    return 1 if any(s["error"] for s in report["servers"].values()) else 0
+
+
+def _fail(json_output: bool, message: str) -> int:
+    if json_output:
+        print(json.dumps({"error": message}))
+    print(f"baton: {message}", file=sys.stderr)
+    return 2

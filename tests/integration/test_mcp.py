@@ -1,0 +1,254 @@
+"""MCP tools through real workers and real MCP server processes (tests/support/mcp_server.py, on the `mcp` SDK).
+
+The servers count their calls in the test's Redis, so "ran once" holds across worker processes and restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from agent.messages import INTERRUPTED_RESULT
+from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call
+from tests.support.mcp_server import key
+from tests.support.processes import REPO, wait_until
+
+pytestmark = pytest.mark.integration
+
+STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
+
+
+def _stdio(name: str, redis_url: str, **env: str) -> dict:
+    return {
+        "command": sys.executable,
+        "args": ["-m", "tests.support.mcp_server"],
+        "env": {"MCP_TEST_REDIS": redis_url, "MCP_TEST_NAME": name, "PYTHONPATH": str(REPO), **env},
+    }
+
+
+def _servers_file(stack, servers: dict) -> str:
+    path = stack.tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return str(path)
+
+
+def _redis(stack) -> redis.Redis:
+    # redis-py 8 reads with a 5 s socket timeout by default; the BLPOPs below wait up to 45 s.
+    return redis.Redis.from_url(stack.redis_server.url, socket_timeout=60)
+
+
+def _calls(r: redis.Redis, server: str, tool: str) -> int:
+    return int(r.get(key(server, f"calls:{tool}")) or 0)
+
+
+def _pids(r: redis.Redis, server: str, what: str = "pids") -> list[int]:
+    return [int(p) for p in r.lrange(key(server, what), 0, -1)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie is gone as a server; its parent (a killed worker) may not have reaped it yet.
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ", 1)[1].startswith("Z")
+
+
+def _kill_servers(r: redis.Redis, *servers: str) -> None:
+    for server in servers:
+        for pid in _pids(r, server):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(stack):
+    """The same server over streamable HTTP on a free port (its own process, stopped at teardown)."""
+    port = _free_port()
+    env = {**os.environ, "MCP_TEST_REDIS": stack.redis_server.url, "MCP_TEST_NAME": "web", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.mcp_server", "http", str(port)], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+    def up() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(up, 30, what="the HTTP MCP server")
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.kill()
+    proc.wait(10)
+
+
+def _events(client, ident: str, kind: str) -> list[dict]:
+    return [e.model_extra for e in client.events(ident) if e.type == kind]
+
+
+def test_a_turn_calls_read_and_write_tools_of_a_stdio_and_an_http_server_each_once(stack, http_server):
+    """One answer calls a stdio server's read and write and an HTTP server's write: each runs once, the events
+    name the server, the write gets the call's idempotency key in `_meta`, and `baton tools` lists them all."""
+    r = _redis(stack)
+    path = _servers_file(
+        stack, {"notes": _stdio("notes", stack.redis_server.url), "web": {"url": http_server, "headers": {}}}
+    )
+    calls = Reply([
+        {"type": "tool_use", "id": "toolu_r", "name": "notes__lookup", "input": {"key_name": "k"}},
+        {"type": "tool_use", "id": "toolu_w", "name": "notes__put_note", "input": {"note": "n"}},
+        {"type": "tool_use", "id": "toolu_h", "name": "web__record_note", "input": {"note": "h"}},
+    ])
+    stack.fake_api.set_handler(Script([calls, text("All done.")]))
+    stack.worker("w1", BATON_MCP_SERVERS=path)
+    client = stack.client()
+    result = client.wait(client.send_message("m1", "use the tools"), timeout=60)
+    assert result.status == "completed" and result.reply == "All done.", result
+    assert (_calls(r, "notes", "lookup"), _calls(r, "notes", "put_note"), _calls(r, "web", "record_note")) == (1, 1, 1)
+    offered = {t["name"] for t in stack.fake_api.requests[0]["tools"]}
+    assert {"notes__lookup", "notes__put_note", "web__record_note", "lookup"} <= offered
+    results = {b.tool_use_id: b for m in client.transcript("m1") for b in m.tool_results}
+    assert results["toolu_r"].content == "value-of-k (call 1)" and not results["toolu_r"].is_error
+    assert results["toolu_h"].content == "recorded 'h' (call 1)"
+    assert [k.decode() for k in r.lrange(key("notes", "keys"), 0, -1)] == ["chat:m1:toolu_w"]
+    called = {e["tool_use_id"]: e.get("server") for e in _events(client, "m1", "tool.called")}
+    done = {e["tool_use_id"]: e.get("server") for e in _events(client, "m1", "tool.result")}
+    assert called == done == {"toolu_r": "notes", "toolu_w": "notes", "toolu_h": "web"}
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "tools", "--json"], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**stack.env, "BATON_MCP_SERVERS": path, "BATON_MCP_APPROVAL": "destructive"},
+    )
+    assert listed.returncode == 0, listed.stderr
+    tools = {t["name"]: t for t in json.loads(listed.stdout)["tools"]}
+    assert tools["notes__lookup"] | {"description": ""} == {
+        "name": "notes__lookup", "effect": "read", "idempotent": False, "approval": False, "source": "mcp:notes",
+        "description": "",
+    }
+    assert (tools["notes__put_note"]["effect"], tools["notes__put_note"]["idempotent"]) == ("write", True)
+    assert tools["notes__delete_note"]["approval"] is True and tools["web__delete_note"]["source"] == "mcp:web"
+    assert tools["record_note"]["source"] == "python:tests.support.counting_tools"
+
+
+def test_sigkill_mid_write_the_second_worker_never_repeats_it(stack):
+    """SIGKILL the worker (and so its server's stdin) inside a non-idempotent MCP write: the second worker's
+    resume finds the `committing` entry and answers the placeholder; the write ran once, the turn completes."""
+    r = _redis(stack)
+    path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url)})
+    stack.fake_api.set_handler(
+        Script([tool_call("notes__blocking_write", {"note": "once"}, id="toolu_b"), text("recovered")])
+    )
+    w1 = stack.worker("w1", BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+    client = stack.client()
+    try:
+        ref = client.send_message("m2", "write once")
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        w1.kill9()
+        stack.worker("w2", BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+        result = client.wait(ref, timeout=60)
+        assert result.status == "completed" and result.reply == "recovered", result
+        assert _calls(r, "notes", "blocking_write") == 1
+        (block,) = [b for m in client.transcript("m2") for b in m.tool_results]
+        assert block.content == INTERRUPTED_RESULT
+        assert [e["status"] for e in _events(client, "m2", "tool.result")] == ["interrupted"]
+    finally:
+        r.rpush(key("notes", "release"), "go")
+        _kill_servers(r, "notes")
+
+
+def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without_repeats(stack, tmp_path: Path):
+    """SIGTERM while a coding run's MCP write runs: the write gets its grace and its result is recorded, the
+    worker's server is closed before the worker exits — even one that ignores its stdin closing (the SDK then
+    kills it) — and the run resumes on another worker, nothing repeated."""
+    r = _redis(stack)
+    path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url, MCP_TEST_LINGER="1")})
+    stack.fake_api.set_handler(
+        Script([tool_call("notes__blocking_write", {"note": "a"}), STALL, tool_call("notes__lookup", {"key_name": "x"}),
+                text("done")])
+    )
+    worker_a = stack.worker("a", pool="prefork", concurrency=1, BATON_MCP_SERVERS=path)
+    client = stack.client()
+    try:
+        ref = client.start_run("write a note", workspace=tmp_path)
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        (first,) = _pids(r, "notes")
+        worker_a.terminate()
+        r.rpush(key("notes", "release"), "go")  # the write finishes inside its drain grace
+        assert worker_a.wait_exit(timeout=30) == 0
+        assert _gone(first), "the worker exited and left its MCP server running"
+        stack.worker("b", BATON_MCP_SERVERS=path)
+        status = client.wait(ref, timeout=60)
+        assert status.status == "completed" and status.reply == "done", status
+        assert _calls(r, "notes", "blocking_write") == 1 and _calls(r, "notes", "lookup") == 1
+        causes = [e["cause"] for e in _events(client, ref.run_id, "run.interrupted")]
+        assert causes == ["platform_deploy"]
+        results = [b for m in client.transcript(ref.run_id) for b in m.tool_results]
+        assert [b.content for b in results if b.synthesized] == []
+    finally:
+        _kill_servers(r, "notes")
+
+
+def test_approval_by_annotation_and_a_crashing_server_restarted(stack):
+    """BATON_MCP_APPROVAL=destructive: a write with `destructiveHint: false` runs, a destructive one waits for a
+    person and runs once approved. A server that dies mid-call answers `is_error` naming it, is started again,
+    and the next call works; a server that cannot start is logged and the worker serves the rest."""
+    r = _redis(stack)
+    path = _servers_file(
+        stack, {"notes": _stdio("notes", stack.redis_server.url), "broken": {"command": "/nonexistent/mcp-server"}}
+    )
+    both = Reply([
+        {"type": "tool_use", "id": "toolu_rec", "name": "notes__record_note", "input": {"note": "keep"}},
+        {"type": "tool_use", "id": "toolu_del", "name": "notes__delete_note", "input": {"note": "old"}},
+    ])
+    stack.fake_api.set_handler(Script([
+        both, text("Deleted."),
+        tool_call("notes__crash", {"reason": "boom"}, id="toolu_crash"),
+        tool_call("notes__lookup", {"key_name": "after"}, id="toolu_after"), text("Recovered."),
+    ]))
+    w1 = stack.worker("w1", BATON_MCP_SERVERS=path, BATON_MCP_APPROVAL="destructive")
+    client = stack.client()
+    try:
+        ref = client.send_message("m4", "record and delete")
+        parked = client.wait(ref, timeout=60)
+        assert (parked.status, parked.waiting_reason) == ("waiting", "approval"), parked
+        (asked,) = _events(client, "m4", "tool.approval_requested")
+        assert asked["name"] == "notes__delete_note"
+        assert (_calls(r, "notes", "record_note"), _calls(r, "notes", "delete_note")) == (1, 0)
+        client.approve("m4", "toolu_del")
+        result = client.wait(ref, timeout=60)
+        assert result.status == "completed" and result.reply == "Deleted.", result
+        assert (_calls(r, "notes", "record_note"), _calls(r, "notes", "delete_note")) == (1, 1)
+
+        result = client.wait(client.send_message("m4", "crash it"), timeout=60)
+        assert result.status == "completed" and result.reply == "Recovered.", result
+        blocks = {b.tool_use_id: b for m in client.transcript("m4") for b in m.tool_results}
+        assert blocks["toolu_crash"].is_error and "MCP server 'notes' died" in blocks["toolu_crash"].content
+        assert not blocks["toolu_after"].is_error and blocks["toolu_after"].content.startswith("value-of-after")
+        assert len(_pids(r, "notes")) >= 2  # started again after the crash
+        assert "mcp: server broken cannot start" in w1.log()
+    finally:
+        _kill_servers(r, "notes")
+
+
+def test_a_bad_servers_file_fails_worker_start_naming_the_variable(stack):
+    path = stack.tmp_path / "bad.json"
+    path.write_text(json.dumps({"mcpServers": {"a__b": {"command": "x"}}}))
+    with pytest.raises(RuntimeError, match="BATON_MCP_SERVERS"):
+        stack.worker("bad", BATON_MCP_SERVERS=str(path))
