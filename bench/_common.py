@@ -26,9 +26,11 @@ from config.settings import Settings
 from tasks.client import Client
 from tasks.demo.embedded_redis import EmbeddedRedis
 from tests.support.fake_anthropic import FakeMessagesServer, Handler
+from tests.support.fake_openai import FakeChatServer
 from tests.support.processes import REPO, Worker
 
 FAKE_KEY = "sk-ant-bench-not-a-real-key"
+FAKE_OPENAI_KEY = "sk-proj-bench-not-a-real-key"
 TOOLS = "tests.support.counting_tools:TOOLS"
 
 
@@ -95,13 +97,17 @@ class Stack:
     """A private Redis, an optional fake Messages API, workers on a private queue, and clients.
 
     With a `handler` (or `fake=True`) workers use the real `anthropic` SDK against the fake server, which keeps
-    connections alive as the real API does;
+    connections alive as the real API does (`provider="openai"`: the real `openai` SDK against the fake Chat
+    Completions server, driven by the same handlers);
     otherwise they use the scripted provider, whose directives live in the message text.
     """
 
-    def __init__(self, name: str, *, handler: Handler | None = None, fake: bool = False, **env: str) -> None:
+    def __init__(
+        self, name: str, *, handler: Handler | None = None, fake: bool = False, provider: str = "anthropic", **env: str
+    ) -> None:
         self.name = name
         self.handler = handler
+        self.provider = provider
         self.use_fake = fake or handler is not None
         self.extra_env = env
         self.queue = f"bench-{name}-{uuid.uuid4().hex[:6]}"
@@ -119,7 +125,8 @@ class Stack:
         try:
             self.redis_server = EmbeddedRedis(self._tmp / "redis").start()
             if self.use_fake:
-                self.fake = FakeMessagesServer(self.handler, keep_alive=True).start()  # as the real API
+                server = FakeChatServer if self.provider == "openai" else FakeMessagesServer
+                self.fake = server(self.handler, keep_alive=True).start()  # as the real API
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -171,7 +178,10 @@ class Stack:
             "ANTHROPIC_API_KEY": FAKE_KEY,
             **self.extra_env,
         }
-        if self.fake is not None:
+        if self.fake is not None and self.provider == "openai":
+            env.update({"BATON_PROVIDER": "openai", "BATON_MODEL": "gpt-bench", "OPENAI_BASE_URL": self.fake.url,
+                        "OPENAI_API_KEY": FAKE_OPENAI_KEY, **self.extra_env})
+        elif self.fake is not None:
             env["ANTHROPIC_BASE_URL"] = self.fake.url
         return env
 

@@ -2,7 +2,8 @@
 
 40 chat turns (one `lookup` tool round each: two logical provider calls per turn) through one worker
 with the real SDK against the fake server. Each request is a fault with p = 0.3, half a dropped stream
-(cut after a few events) and half an HTTP 529, else the right reply. The draw is seeded per (logical
+(cut after a few events) and half an HTTP 529 (on the OpenAI edge its 503, `provider="openai"`), else the
+right reply. The draw is seeded per (logical
 call, attempt number), so the same calls fail however the worker interleaves them. A logical call is
 one conversation state: the chat's first user text and the number of messages sent.
 `BATON_BACKOFF_SCALE=0` (no waits; a 529 here carries no retry-after).
@@ -26,14 +27,18 @@ TURNS = 40
 BUDGET = 4  # BATON_RETRY_BUDGET's default, set explicitly below
 DROP = Fault(kind="drop", after_events=3)
 OVERLOADED = Fault(kind="http", status=529, message="Overloaded")
+# How each provider says it is overloaded (both `provider_overloaded`, both replayed in the budget).
+OVERLOADED_ON = {"anthropic": OVERLOADED,
+                 "openai": Fault(kind="http", status=503, message="The server is overloaded or not ready yet.")}
 
 
 class FaultyProvider:
     """The fake API's handler: the right reply for the conversation's state, or a seeded fault."""
 
-    def __init__(self, p: float, seed: int) -> None:
+    def __init__(self, p: float, seed: int, overloaded: Fault = OVERLOADED) -> None:
         self.p = p
         self.seed = seed
+        self.overloaded = overloaded
         self.attempts: Counter[tuple[str, int]] = Counter()
         self.faults: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -46,16 +51,16 @@ class FaultyProvider:
         rng = random.Random(f"{self.seed}:{key[0]}:{key[1]}:{attempt}")
         right = tool_call("lookup", {"key": f"k{index}"}) if key[1] == 1 else text("done")
         if rng.random() < self.p:
-            fault = DROP if rng.random() < 0.5 else OVERLOADED
+            fault = DROP if rng.random() < 0.5 else self.overloaded
             with self._lock:
                 self.faults[fault.kind] += 1
             return failing(fault, like=right)
         return right
 
 
-def main(turns: int = TURNS, p: float = P) -> list[Row]:
-    provider = FaultyProvider(p, SEED)
-    with Stack("faults", handler=provider, BATON_RETRY_BUDGET=str(BUDGET)) as stack:
+def main(turns: int = TURNS, p: float = P, provider_name: str = "anthropic") -> list[Row]:
+    provider = FaultyProvider(p, SEED, OVERLOADED_ON[provider_name])
+    with Stack("faults", handler=provider, provider=provider_name, BATON_RETRY_BUDGET=str(BUDGET)) as stack:
         assert stack.fake is not None
         stack.worker("w1", concurrency=2)
         client = stack.client()

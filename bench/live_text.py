@@ -1,7 +1,8 @@
 """Live text: how long a delta takes from the provider's SSE event to the browser-facing SSE event, and what it costs.
 
 A real worker streams answers of ~1,000 tokens from the fake Messages API (one text event per token, at
-`PACE` seconds apart, about a model's speed) through `baton serve`; a raw SSE client reads the chat's stream.
+`PACE` seconds apart, about a model's speed; `provider="openai"`: from the fake Chat Completions server, one
+content chunk per token) through `baton serve`; a raw SSE client reads the chat's stream.
 Each provider text event is timed from the moment the fake server wrote it to the moment the SSE message
 carrying its last character arrived (the same clock: both ends live in this process), batching included.
 Redis memory is the events stream's `MEMORY USAGE` right after the turn settled and after its deltas were
@@ -51,12 +52,12 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def main(turns: int = TURNS) -> list[Row]:
+def main(turns: int = TURNS, provider: str = "anthropic") -> list[Row]:
     latencies: list[float] = []
     before: list[int] = []
     after: list[int] = []
     deltas_per_turn: list[int] = []
-    with Stack("live", handler=Script([_answer() for _ in range(turns)])) as stack:
+    with Stack("live", handler=Script([_answer() for _ in range(turns)]), provider=provider) as stack:
         stack.worker("w1", BATON_LIVE_TEXT_RETENTION="1")
         server = ApiServer(stack.env, stack.tmp).start()
         try:

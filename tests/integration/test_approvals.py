@@ -15,6 +15,7 @@ import redis
 
 from agent.messages import INTERRUPTED_RESULT
 from tasks.client import NotFound
+from tests.conftest import PROVIDERS
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import REPO, wait_until
@@ -38,7 +39,8 @@ def _parked(client, ref):
     return result
 
 
-def test_approved_runs_once_and_the_parked_turn_held_no_worker(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_approved_runs_once_and_the_parked_turn_held_no_worker(stack, provider):
     """While the turn waits, a concurrency-1 worker serves another chat; after approval the tool runs once."""
     stack.fake_api.set_handler(Script([DEPLOY, text("other chat answered"), text("Deployed to prod.")]))
     stack.worker("solo", concurrency=1)
@@ -70,7 +72,8 @@ def test_approved_runs_once_and_the_parked_turn_held_no_worker(stack):
         client.approve("ship", "toolu_nope")
 
 
-def test_denied_with_a_reason_never_runs_and_the_model_reads_why(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_denied_with_a_reason_never_runs_and_the_model_reads_why(stack, provider):
     stack.fake_api.set_handler(Script([DEPLOY, text("Understood, I will not deploy.")]))
     stack.worker()
     client, r = stack.client(), _redis(stack)

@@ -18,14 +18,17 @@ pytestmark = pytest.mark.integration
 DIRECTIVE = re.compile(r"tool:\w+\{|steps:\d|slow:\d|fail-after-tools|\bdrop\b")
 
 
-def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
+@pytest.mark.parametrize("demo_provider", ["scripted", "openai"])
+def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path, demo_provider):
     """The demo starts its own Redis and workers with no API key and passes all five scenarios; the JSON
     verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned). Its
-    transcripts show no scripted directive, and its coding run is drained after a finished step."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_"))}
+    transcripts show no scripted directive, and its coding run is drained after a finished step.
+    `--provider openai`: the same five verdicts with every model call through the `openai` SDK and Baton's
+    OpenAI edge, to the demo's local OpenAI-compatible server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_", "OPENAI_"))}
     env["PYTHONPATH"] = str(REPO)
     out = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "demo", "--json"],
+        [sys.executable, "-m", "tasks.cli", "demo", "--json", "--provider", demo_provider],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -50,6 +53,12 @@ def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path):
     # The transcripts read like a conversation: the user's lines carry no directive.
     said = [line for s in report["scenarios"] for line in s["timeline"] if line.strip().startswith("user:")]
     assert len(said) >= 4 and not [line for line in said if DIRECTIVE.search(line)], said
+    assert report["provider"] == demo_provider
+    # The workers' own account of each failed attempt: OpenAI's 503 over HTTP, read by the openai SDK and classed
+    # overloaded by the OpenAI edge (the scripted provider raises its fault in process, with no status).
+    retries = [line for line in report["scenarios"][2]["timeline"] if line.startswith("turn.retry")]
+    over_http = [line for line in retries if "Error code: 503" in line and "class=provider_overloaded" in line]
+    assert len(over_http) == (3 if demo_provider == "openai" else 0), retries
 
 
 def test_with_an_api_key_the_first_scenario_uses_the_anthropic_provider(tmp_path, fake_api):

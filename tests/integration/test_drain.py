@@ -22,6 +22,13 @@ pytestmark = pytest.mark.integration
 # The pools a drain and a crash must work on: prefork (a process per unit, the children never see the shutdown)
 # and threads (every unit in the worker's one process, beaten by one poller).
 POOLS = pytest.mark.parametrize("pool", PROCESS_POOLS)
+# The same, plus the OpenAI edge once on prefork (the default pool): a drain must cut its stream as it cuts
+# Anthropic's, and the request the other worker sends must be the one that was in flight.
+POOLS_AND_OPENAI = pytest.mark.parametrize(
+    ("pool", "provider"),
+    [*(pytest.param(*p.values, "anthropic", marks=p.marks) if hasattr(p, "values") else (p, "anthropic")
+       for p in PROCESS_POOLS), ("prefork", "openai")],
+)
 STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
 
 
@@ -29,8 +36,8 @@ def _events(client, ident):
     return [e for e in client.events(ident)]
 
 
-@POOLS
-def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path, pool: str):
+@POOLS_AND_OPENAI
+def test_rolling_deploy_moves_a_run_to_another_worker(stack, tmp_path: Path, pool: str, provider: str):
     """SIGTERM on the worker running a coding run: it exits within 5 s, the run finishes on the other worker
     with interruptions == 1, events and transcript say why, each write tool ran once, and the provider saw
     exactly one repeated request (the stream that was in flight)."""

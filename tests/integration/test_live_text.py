@@ -6,15 +6,17 @@ the transcript: the text a watcher saw equals the text the unit kept, whatever b
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from tasks.store import keys
 from tasks.store.lease import holder_node
+from tests.conftest import PROVIDERS
 from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call
 from tests.support.live_text import assistant_texts, fold, stream_entries
 from tests.support.processes import wait_until
 
-pytestmark = __import__("pytest").mark.integration
+pytestmark = pytest.mark.integration
 
 SLOW = {"pace": 0.2, "parts": 20}
 
@@ -67,7 +69,8 @@ def test_deltas_of_a_plain_answer_assemble_to_the_transcript(stack):
     assert all(e.type != "text.delta" for e in client.events("plain")), "client.events() returns events only"
 
 
-def test_a_stream_dropped_after_a_sentinel_leaves_only_the_final_answer(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_stream_dropped_after_a_sentinel_leaves_only_the_final_answer(stack, provider):
     """The dropped attempt's text (with the sentinel) precedes its turn.retry; the replay's follows."""
     doomed = Reply([{"type": "text", "text": "SENTINEL words that vanish"}], parts=4)
     broken = failing(Fault("drop", after_events=5), doomed)
@@ -94,7 +97,8 @@ def test_an_in_stream_overload_discards_the_partial_text(stack):
     assert list(_check(client, r, "over").values()) == ["Whole answer."]
 
 
-def test_text_before_a_tool_call_and_after_it(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_text_before_a_tool_call_and_after_it(stack, provider):
     """Two model steps, two message ids; each assistant message's text is its step's deltas."""
     stack.fake_api.set_handler(
         Script([tool_call("lookup", {"key": "a"}, text="Let me look that up."), text("It is 1.")])

@@ -6,21 +6,27 @@ Real redis-server, real celery worker, the real SDK against the fake Messages AP
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import redis
 
 from tasks.store import keys
+from tests.conftest import PROVIDERS
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
-from tests.support.processes import wait_until
+from tests.support.processes import REPO, wait_until
 
 pytestmark = pytest.mark.integration
 
 NOTICE = "Continued from the tool results already fetched."
 OVERLOADED = failing(Fault(kind="http", status=529))
+# How each provider says it is overloaded: Anthropic's 529, OpenAI's 503 (both `provider_overloaded`).
+OVERLOADED_ON = {"anthropic": OVERLOADED, "openai": failing(Fault(kind="http", status=503))}
 
 
 def _redis(stack) -> redis.Redis:
@@ -124,10 +130,12 @@ def test_a_provider_failure_after_a_tool_round_resumes_automatically_once(stack,
     assert not r.exists(_slot("auto"))  # read and cleared by the resumed execution
 
 
-def test_a_second_failure_keeps_the_round_and_retry_resumes_it(stack):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_second_failure_keeps_the_round_and_retry_resumes_it(stack, provider):
     """When the automatic resume fails too, the turn fails retryable with the round kept (TTL at most
-    BATON_ROUND_TTL); `Client.retry` within the TTL resumes it without running the tool again."""
-    stack.fake_api.set_handler(Script([tool_call("lookup", {"key": "a"}), OVERLOADED, OVERLOADED, text("A is 1")]))
+    BATON_ROUND_TTL); `baton retry` within the TTL resumes it without running the tool again."""
+    overloaded = OVERLOADED_ON[provider]
+    stack.fake_api.set_handler(Script([tool_call("lookup", {"key": "a"}), overloaded, overloaded, text("A is 1")]))
     worker = stack.worker(BATON_RETRY_BUDGET="1", BATON_ROUND_TTL="600")
     r = _redis(stack)
 
@@ -140,15 +148,19 @@ def test_a_second_failure_keeps_the_round_and_retry_resumes_it(stack):
     assert len(failed) == 1 and failed[0]["resumable_round"] is True and failed[0]["retryable"] is True
     assert len(_turn_events(client, "twice", ref.turn_id, "turn.retry")) == 1  # one automatic resume, not two
     assert stack.fake_api.request_count == 3
+    assert stack.fake_api.requests[2] == stack.fake_api.requests[1]  # the automatic resume re-sent the round as is
     assert 0 < r.pttl(_slot("twice")) <= 600_000
     _wait_log(worker, ref.task_id, "succeeded in")
     assert len(_log_lines(worker, ref.task_id, "Retry in")) == 1
 
-    again = client.retry("twice")
-    assert again.turn_id == ref.turn_id
-    result = client.wait(again, timeout=30)
-    assert result.status == "completed" and result.reply == "A is 1" and result.resumed is True, result
-    assert (result.usage.attempts, result.usage.discarded_attempts) == (4, 2)  # the retry adds to the turn's usage
+    cli = subprocess.run([sys.executable, "-m", "tasks.cli", "retry", "twice", "--wait", "--json", "--timeout", "30"],
+                         cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    result = json.loads(cli.stdout)
+    assert result["turn_id"] == ref.turn_id
+    assert (result["status"], result["reply"], result["resumed"]) == ("completed", "A is 1", True), result
+    usage = result["usage"]
+    assert (usage["attempts"], usage["discarded_attempts"]) == (4, 2)  # the retry adds to the turn's usage
     assert counting_tools.calls(r, "lookup") == 1
     assert _tool_blocks(stack.fake_api.requests[3]["messages"]) == _tool_blocks(stack.fake_api.requests[1]["messages"])
     assert not r.exists(_slot("twice"))
