@@ -9,7 +9,7 @@ class BatonError(Exception):
     """Base of every error Baton raises on purpose.
 
     Each one declares `failure_class` (a `FailureClass` value; a class attribute, or set per instance), which is
-    what `agent.failures.classify` maps it to: an error Baton raises is never `unknown`, which stays for what
+    what `agent.loop.failures.classify` maps it to: an error Baton raises is never `unknown`, which stays for what
     nobody foresaw (tests/unit/test_failures.py walks every subclass to hold that).
     """
 

@@ -541,8 +541,8 @@ class Chaos:
         return pending
 
     def check(self, pending: list[UnitRef]) -> dict[str, Any]:
-        from agent.failures import FailureClass
-        from agent.history import problems, repair
+        from agent.history.repair import problems, repair
+        from agent.loop.failures import FailureClass
         from agent.messages import INTERRUPTED_RESULT
         from tasks.store.reads import load_record, load_transcript
 

@@ -15,9 +15,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.mcp.config import parse_servers  # noqa: E402
-from agent.mcp.connections import Servers  # noqa: E402
 from agent.tools import execute, tool  # noqa: E402
+from agent.tools.mcp.config import parse_servers  # noqa: E402
+from agent.tools.mcp.connections import Servers  # noqa: E402
 
 
 @tool(effect="read")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import redis
 
-from agent.edge import EventDraft
+from agent.loop.edge import EventDraft
 from bench._common import Row, Stack, command_counts, delta, fmt, judge, median, print_rows
 from tasks.client import Client
 from tasks.store import keys

@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, execute
-from agent.workspace import workspace_tools
+from agent.tools.sandbox import SandboxPolicy
+from agent.tools.workspace import workspace_tools
 from bench._common import Row, judge, median, print_rows
 
 ROUNDS = 60

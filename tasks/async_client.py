@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from agent.events import Event
+from agent.history.rounds import same_text
 from agent.messages import Message
-from agent.rounds import same_text
 from config.settings import Settings, load_settings
 from tasks import client_core as core
 from tasks.client_core import Busy, Kind, NotFound, OnBusy, ValidationError

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from agent.events import Event
+from agent.history.rounds import same_text
 from agent.messages import Message
-from agent.rounds import same_text
 from config.settings import Settings, load_settings
 from tasks import client_core as core
 from tasks.async_client import AsyncClient

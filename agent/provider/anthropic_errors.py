@@ -1,4 +1,4 @@
-"""The Anthropic SDK's exceptions mapped to Baton's failure classes (registered with `agent.failures.classify`).
+"""The Anthropic SDK's exceptions mapped to Baton's failure classes (registered with `agent.loop.failures.classify`).
 
 Imported by the Anthropic provider, so a worker that runs it classifies what it raises; the status and the
 body's `error.type` decide, and a 400 or 413 saying "prompt is too long" is a context overflow.
@@ -11,7 +11,7 @@ from typing import Any
 
 import anthropic
 
-from agent.failures import Classified, FailureClass, Overflow, register_classifier, retry_after_seconds
+from agent.loop.failures import Classified, FailureClass, Overflow, register_classifier, retry_after_seconds
 from agent.provider import transport
 
 # The API's words for a request past the model's window: "prompt is too long: 210000 tokens > 200000 maximum".

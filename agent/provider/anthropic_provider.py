@@ -20,9 +20,9 @@ import anthropic
 import httpx2
 from anthropic import Stream
 
-from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
-from agent.failures import FailureClass, IncompleteStream
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate

@@ -10,7 +10,7 @@ with its `<name>_errors.py`) that owns everything about its API, and nothing els
    four fields), text passed to `on_text` as it arrives; only a stream its API says is complete becomes an
    Answer, anything less raises `AttemptFailed` (never a tool call from a broken stream);
 3. its failures: a classifier of its SDK's and transport's exceptions into `FailureClass`, registered with
-   `agent.failures.register_classifier` when its module is imported (a too-long request is `context_overflow`
+   `agent.loop.failures.register_classifier` when its module is imported (a too-long request is `context_overflow`
    with the sizes it stated, so the loop compacts once);
 4. its credentials: `credentials_problem()` for the warning at worker start, and a `provider_auth`
    `ProviderError` naming the variable, raised before anything is sent;
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.cancel import CancelToken
 from agent.errors import Cancelled, CancelReason
+from agent.loop.cancel import CancelToken
 from agent.messages import TextBlock, ToolUseBlock
 
 
@@ -37,14 +37,14 @@ class ProviderRequest:
     `messages` are in Baton's shape (user/assistant turns whose content is text, `tool_use` and `tool_result`
     blocks, as the Messages API spells them; every `tool_use` is answered by a `tool_result` in the next user
     message, placeholders included). `cache_control` marks on blocks, tools and the system prompt are
-    breakpoint hints (agent/caching.py): a provider with explicit caching honours them, one that caches by
+    breakpoint hints (agent/history/caching.py): a provider with explicit caching honours them, one that caches by
     itself drops them. Each provider turns this into its own API's body.
     """
 
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
-    # A string, or text blocks (the form that can carry `cache_control`, see agent/caching.py).
+    # A string, or text blocks (the form that can carry `cache_control`, see agent/history/caching.py).
     system: str | list[dict[str, Any]] | None = None
     max_tokens: int = 4096
 

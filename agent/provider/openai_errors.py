@@ -1,4 +1,4 @@
-"""The `openai` SDK's exceptions mapped to Baton's failure classes (registered with `agent.failures.classify`).
+"""The `openai` SDK's exceptions mapped to Baton's failure classes (registered with `agent.loop.failures.classify`).
 
 401/403 `provider_auth`; 429 `provider_rate_limited` (its `retry-after` honoured); 503, or an error whose type
 or message says overloaded, `provider_overloaded`; 500/502/504 and other 5xx `provider_server_error`; a 400
@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from agent.failures import Classified, FailureClass, Overflow, register_classifier, retry_after_seconds
+from agent.loop.failures import Classified, FailureClass, Overflow, register_classifier, retry_after_seconds
 from agent.provider import transport
 
 _MAXIMUM = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)

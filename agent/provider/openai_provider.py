@@ -18,9 +18,9 @@ import httpx2
 import openai
 from openai import Stream
 
-from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
-from agent.failures import FailureClass, IncompleteStream
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import openai_errors, transport  # noqa: F401 - openai_errors registers the SDK's exceptions
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate

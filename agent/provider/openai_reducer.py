@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.failures import IncompleteStream
+from agent.loop.failures import IncompleteStream
 from agent.messages import TextBlock, ToolUseBlock
 from agent.provider.base import Answer, TokenUsage
 

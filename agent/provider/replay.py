@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from agent.cancel import CancelToken
 from agent.errors import Cancelled, ProviderError
-from agent.failures import FailureClass, Overflow, classify
-from agent.policy import Backoff, Driver, compute_backoff, policy_for, should_replay
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, Overflow, classify
+from agent.loop.policy import Backoff, Driver, compute_backoff, policy_for, should_replay
 from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TextSink, TokenUsage
 
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agent.cancel import CancelToken
 from agent.errors import Cancelled, CueLoadError, ProviderError
-from agent.failures import FailureClass, IncompleteStream, StreamStalled
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, IncompleteStream, StreamStalled
 from agent.messages import TextBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate

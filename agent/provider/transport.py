@@ -12,7 +12,7 @@ import socket
 
 import httpx2
 
-from agent.failures import Classified, FailureClass
+from agent.loop.failures import Classified, FailureClass
 
 
 def classify_transport(exc: BaseException) -> Classified | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Task
 
-from agent.policy import Driver
+from agent.loop.policy import Driver
 from tasks.app import app, settings
 from tasks.drivers.acting import execute, reject_invalid
 from tasks.execution.flow import Execution, Unit

@@ -14,12 +14,15 @@ from dataclasses import dataclass
 
 import redis
 
-from agent.cancel import CancelToken
-from agent.context import context_window
-from agent.edge import LoopConfig, LoopFailure
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
-from agent.failures import classify
-from agent.loop import run_loop
+from agent.history.context import context_window
+from agent.history.rounds import load_round, seed_state, usable_round
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig, LoopFailure
+from agent.loop.failures import classify
+from agent.loop.policy import Driver, policy_for
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState, Usage
 from agent.messages import (
     RESUMED_NOTICE,
     Message,
@@ -27,10 +30,7 @@ from agent.messages import (
     notice,
     user_text,
 )
-from agent.policy import Driver, policy_for
 from agent.provider.replay import RequestFailed
-from agent.rounds import load_round, seed_state, usable_round
-from agent.state import LoopState, Usage
 from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring

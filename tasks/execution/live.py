@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import redis
 
 from agent.events import TEXT_DELTA, encode_event
-from agent.live import StepStart
+from agent.loop.live import StepStart
 from tasks.execution.live_writer import LiveWriter, live_writer
 from tasks.store import keys
 from tasks.store.fenced import Batch, Fence
@@ -30,7 +30,7 @@ LIVE_RETENTION_MS = 7 * 24 * 3600 * 1000  # like the journal: an abandoned recor
 
 
 class RedisLiveText:
-    """The `agent.live.LiveText` of one execution; `close()` it when the execution ends."""
+    """The `agent.loop.live.LiveText` of one execution; `close()` it when the execution ends."""
 
     def __init__(
         self,
@@ -64,7 +64,7 @@ class RedisLiveText:
         self._asked = False  # a write is asked of the writer and not yet made
         fence.prelude = self._take
 
-    # -- agent.live.LiveText -----------------------------------------------------------------------
+    # -- agent.loop.live.LiveText -----------------------------------------------------------------------
 
     def begin(self, message_id: str) -> StepStart:
         attempts = self._load().get(message_id)

@@ -12,15 +12,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from agent.edge import LoopFailure
 from agent.events import encode_event
-from agent.failures import FailureClass
-from agent.history import backfill_dangling_calls
+from agent.history.repair import backfill_dangling_calls
+from agent.history.rounds import build_round
+from agent.loop.edge import LoopFailure
+from agent.loop.failures import FailureClass
+from agent.loop.policy import Driver, after_failure, after_interruption, after_unconfirmed, compute_backoff, policy_for
+from agent.loop.state import LoopState, tool_summary
 from agent.messages import DEPLOY_NOTICE, Message, dump_message, notice, stop_notice
-from agent.policy import Driver, after_failure, after_interruption, after_unconfirmed, compute_backoff, policy_for
 from agent.provider.replay import RequestFailed
-from agent.rounds import build_round
-from agent.state import LoopState, tool_summary
 from tasks.execution import wiring
 from tasks.store import keys, settled
 from tasks.store.approvals import due_member

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from agent.cancel import CancelToken
+from agent.loop.cancel import CancelToken
 from agent.per_process import PerProcess
 from tasks.store import keys
 from tasks.store.lease import Lease

@@ -10,16 +10,16 @@ from types import MappingProxyType
 import redis
 
 from agent.errors import ToolDefinitionError
-from agent.mcp.config import ServerSpec, load_servers
-from agent.mcp.connections import Servers
-from agent.mcp.mapping import RemoteTool, baton_tool
+from agent.loop.policy import Backoff
 from agent.per_process import PerProcess
-from agent.policy import Backoff
 from agent.provider.base import Provider
 from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
-from agent.sandbox import SandboxPolicy
 from agent.tools import Tool, by_name, load_tools
-from agent.workspace import workspace_tools
+from agent.tools.mcp.config import ServerSpec, load_servers
+from agent.tools.mcp.connections import Servers
+from agent.tools.mcp.mapping import RemoteTool, baton_tool
+from agent.tools.sandbox import SandboxPolicy
+from agent.tools.workspace import workspace_tools
 from config.settings import Settings
 from tasks.store import connect, keys
 

@@ -25,8 +25,8 @@ import redis
 from celery import signals
 from celery.concurrency import get_implementation
 
-from agent import commands
 from agent.errors import CueLoadError, McpConfigError, ToolDefinitionError, ToolLoadError
+from agent.tools import commands
 from config.topology import broker_kind
 from tasks import reach
 from tasks.app import app, settings

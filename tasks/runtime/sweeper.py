@@ -8,8 +8,8 @@ import redis
 from celery import Celery
 
 from agent.events import encode_event
+from agent.loop.policy import after_interruption
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
-from agent.policy import after_interruption
 from config.settings import Settings
 from tasks.store import keys, settled
 from tasks.store.reads import chat_head, chat_head_record, load_record

@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
-from agent.edge import EventDraft
 from agent.events import encode_event
+from agent.loop.edge import EventDraft
 from tasks.store import keys
 from tasks.store.failover import behind_sentinel
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed

@@ -85,7 +85,7 @@ def test_denied_with_a_reason_never_runs_and_the_model_reads_why(stack, provider
     assert counting_tools.calls(r, "deploy") == 0
     (answer,) = [b for b in stack.fake_api.requests[1]["messages"][-1]["content"] if b["type"] == "tool_result"]
     denial = "Denied by user: not on a Friday"
-    answer.pop("cache_control", None)  # the rolling prompt-cache mark on the request's last block (agent/caching.py)
+    answer.pop("cache_control", None)  # the rolling prompt-cache mark on the last block (agent/history/caching.py)
     assert answer == {"type": "tool_result", "tool_use_id": "toolu_deploy", "content": denial, "is_error": True}
 
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from agent.loop.policy import Driver
 from agent.messages import INTERRUPTED_RESULT
-from agent.policy import Driver
 from agent.provider.base import Answer, ProviderRequest
 from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_text, reply_tool
-from agent.tool_threads import ToolThreads
 from agent.tools import by_name, tool
+from agent.tools.threads import ToolThreads
 from config.settings import Settings
 from tasks.execution import flow, wiring
 from tasks.execution.flow import Execution, Unit
@@ -148,7 +148,7 @@ def _harness(monkeypatch: pytest.MonkeyPatch, store: redis.Redis, drains: Drains
         real_run(job, name)
 
     monkeypatch.setattr(threads, "run", run)
-    monkeypatch.setattr("agent.tool_round.tool_threads", lambda: threads)
+    monkeypatch.setattr("agent.tools.round.tool_threads", lambda: threads)
     return settings
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.context import request_tokens
+from agent.history.context import request_tokens
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.fake_prompt_cache import breakpoint_count
 

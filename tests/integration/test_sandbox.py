@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from agent.sandbox import Limits, SandboxPolicy
 from agent.tools import ToolOutcome, execute
-from agent.workspace import workspace_tools
+from agent.tools.sandbox import Limits, SandboxPolicy
+from agent.tools.workspace import workspace_tools
 from tests.conftest import FAKE_KEY
 from tests.support.processes import REPO
 
@@ -74,9 +74,9 @@ echo "== pid 1"; tr '\\0' '\\n' < /proc/1/environ
 for f in /proc/[0-9]*/environ; do echo "== $f"; tr '\\0' '\\n' < "$f"; done
 """
 PARENT = """import sys
-from agent.sandbox import SandboxPolicy
+from agent.tools.sandbox import SandboxPolicy
 from agent.tools import execute
-from agent.workspace import workspace_tools
+from agent.tools.workspace import workspace_tools
 policy = SandboxPolicy() if sys.argv[2] == "bwrap" else None
 tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=policy)}
 print(execute(tools["run_command"], {"command": "sh probe.sh"}).content)
@@ -277,9 +277,9 @@ def test_a_symlink_planted_by_a_command_does_not_open_the_file_tools(ws: Path, t
 
 
 HOLDER = """import sys
-from agent.sandbox import SandboxPolicy
+from agent.tools.sandbox import SandboxPolicy
 from agent.tools import execute
-from agent.workspace import workspace_tools
+from agent.tools.workspace import workspace_tools
 policy = SandboxPolicy() if sys.argv[2] == "bwrap" else None
 tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=policy)}
 execute(tools["run_command"], {"command": sys.argv[3]})

@@ -11,7 +11,7 @@ The fake's simplifications, on purpose:
   removed) of each block up to the mark, with the role of a message block folded in: identical bytes hit,
   anything else misses, which is what matters to the client;
 - tokens are estimated, not tokenized: ceil(canonical bytes of the block / 4), the same rule as Baton's own
-  estimate (agent/context.py) but measured per block, so the figures are close without being identical;
+  estimate (agent/history/context.py) but measured per block, so the figures are close without being identical;
 - no TTL (a test is far shorter than 5 minutes) and one cache per server (the real one is per organization);
   `min_tokens` (default 0) stands for the model's minimum cacheable prefix, below which nothing is written.
 """

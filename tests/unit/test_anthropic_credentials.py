@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cancel import CancelToken
 from agent.errors import ProviderError
-from agent.failures import FailureClass
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass
 from agent.provider.anthropic_provider import NO_CREDENTIALS, AnthropicProvider, credentials_problem
 from agent.provider.base import ProviderRequest
 

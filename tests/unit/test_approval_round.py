@@ -6,15 +6,15 @@ from collections import Counter
 
 import pytest
 
-from agent.cancel import CancelToken
-from agent.edge import LoopConfig
 from agent.errors import AwaitingApproval, Cancelled, ToolDefinitionError
-from agent.loop import run_loop
-from agent.memory_edge import MemoryEdge
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig
+from agent.loop.memory_edge import MemoryEdge
+from agent.loop.policy import Backoff, Driver
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState
 from agent.messages import INTERRUPTED_RESULT, ToolUseBlock, user_text
-from agent.policy import Backoff, Driver
 from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_text
-from agent.state import LoopState
 from agent.tools import by_name, tool
 
 CONFIG = LoopConfig(
@@ -110,7 +110,7 @@ def test_denied_never_runs_and_the_model_reads_the_denial(decision, words):
     kit.edge.decisions["toolu_deploy"] = decision
     state, provider = kit.run([reply_text("Understood, not deploying.")])
     assert kit.calls["deploy"] == 0 and state.reply == "Understood, not deploying."
-    # (the last block also carries the rolling prompt-cache mark, agent/caching.py; not what this test is about)
+    # (the last block also carries the rolling prompt-cache mark, agent/history/caching.py; not what this test is about)
     results = {b["tool_use_id"]: {k: v for k, v in b.items() if k != "cache_control"}
                for b in provider.requests[0].messages[-1]["content"]}
     assert results["toolu_deploy"] == {"type": "tool_result", "tool_use_id": "toolu_deploy", "content": words,

@@ -13,20 +13,20 @@ import pytest
 
 import agent.provider.anthropic_errors
 import agent.provider.openai_errors  # noqa: F401 - and the OpenAI SDK's
-from agent.caching import count_breakpoints, message_breakpoints, with_breakpoints
-from agent.cancel import CancelToken
-from agent.context import ELIDED, request_tokens
-from agent.edge import LoopConfig, LoopFailure
-from agent.failures import FailureClass
-from agent.loop import run_loop
-from agent.memory_edge import MemoryEdge
+from agent.history.caching import count_breakpoints, message_breakpoints, with_breakpoints
+from agent.history.context import ELIDED, request_tokens
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig, LoopFailure
+from agent.loop.failures import FailureClass
+from agent.loop.memory_edge import MemoryEdge
+from agent.loop.model_step import answer_from_record
+from agent.loop.policy import Backoff, Driver
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState
 from agent.messages import user_text
-from agent.model_step import answer_from_record
-from agent.policy import Backoff, Driver
 from agent.provider.base import AttemptFailed, ProviderRequest, TokenUsage
 from agent.provider.replay import RequestFailed
 from agent.provider.scripted import ScriptedProvider, reply_fault, reply_text, reply_tool
-from agent.state import LoopState
 from agent.tools import by_name, tool
 from tests.support.fake_anthropic_sse import validate_request
 

@@ -7,7 +7,7 @@ import anthropic
 import httpx2
 import pytest
 
-from agent.context import (
+from agent.history.context import (
     ELIDED,
     Overflow,
     Sizes,
@@ -19,8 +19,8 @@ from agent.context import (
     request_tokens,
     result_cap_chars,
 )
-from agent.failures import FailureClass, classify
-from agent.policy import TABLE, Driver
+from agent.loop.failures import FailureClass, classify
+from agent.loop.policy import TABLE, Driver
 from agent.provider.anthropic_errors import overflow_in
 from tests.support.fake_anthropic_sse import validate_request
 
@@ -105,7 +105,7 @@ def test_choose_cut_is_deterministic():
 
 
 def test_sizes_measure_each_message_once_as_a_run_grows(monkeypatch):
-    import agent.context as context
+    import agent.history.context as context
 
     measured = []
     real = context.estimate_tokens

@@ -11,7 +11,7 @@ import pytest
 
 import agent.provider.anthropic_errors  # noqa: F401 - registers the Anthropic SDK's exceptions with classify
 from agent.errors import Cancelled, ProviderError, ToolError
-from agent.failures import (
+from agent.loop.failures import (
     FailureClass,
     IncompleteStream,
     StreamStalled,
@@ -204,10 +204,10 @@ def _project_exceptions() -> list[type[BaseException]]:
 
 def _example(cls: type[BaseException]) -> BaseException:
     """An instance of `cls`, built as the project builds one (the few with arguments beyond a message)."""
-    from agent.edge import LoopFailure
+    from agent.loop.edge import LoopFailure
     from agent.provider.base import AttemptCut, AttemptFailed, TokenUsage
     from agent.provider.replay import RequestFailed
-    from agent.tool_round import CancelledRound
+    from agent.tools.round import CancelledRound
     from config.settings import Settings
     from tasks.reach import Unavailable
 

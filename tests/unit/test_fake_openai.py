@@ -8,8 +8,8 @@ import json
 import openai
 import pytest
 
-from agent.cancel import CancelToken
-from agent.failures import FailureClass, Overflow, classify
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, Overflow, classify
 from agent.provider.base import AttemptFailed, ProviderRequest, TokenUsage
 from agent.provider.openai_provider import OpenAIProvider
 from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call

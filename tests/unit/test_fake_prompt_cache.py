@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from agent.cancel import CancelToken
-from agent.failures import FailureClass, classify
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, classify
 from agent.provider.anthropic_provider import AnthropicProvider
 from agent.provider.base import AttemptFailed, ProviderRequest
 from tests.support.fake_anthropic import FakeMessagesServer, text

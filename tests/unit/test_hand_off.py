@@ -8,7 +8,7 @@ import time
 import fakeredis
 import pytest
 
-from agent.policy import Driver
+from agent.loop.policy import Driver
 from agent.provider.scripted import ScriptedProvider, reply_text
 from config.settings import Settings
 from tasks.execution import wiring

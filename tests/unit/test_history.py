@@ -7,7 +7,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.history import (
+from agent.history.repair import (
     PASSES,
     RequestHistory,
     backfill_dangling_calls,

@@ -10,20 +10,20 @@ from dataclasses import replace
 
 import pytest
 
-from agent.cancel import CancelToken
-from agent.context import result_cap_chars
-from agent.edge import LoopConfig, LoopFailure
 from agent.errors import Cancelled
-from agent.failures import FailureClass
-from agent.loop import run_loop
-from agent.memory_edge import MemoryEdge
+from agent.history.context import result_cap_chars
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig, LoopFailure
+from agent.loop.failures import FailureClass
+from agent.loop.memory_edge import MemoryEdge
+from agent.loop.policy import Backoff, Driver
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState
 from agent.messages import INTERRUPTED_RESULT, Message, ToolResultBlock, ToolUseBlock, user_text
-from agent.policy import Backoff, Driver
 from agent.provider.replay import RequestFailed
 from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_fault, reply_text, reply_tool
-from agent.state import LoopState
-from agent.tool_threads import tool_threads
 from agent.tools import RESULT_CAP_CHARS, by_name, tool
+from agent.tools.threads import tool_threads
 
 CONFIG = LoopConfig(
     owner_id="chat-1",
@@ -107,7 +107,7 @@ def test_structured_tool_result_blocks_are_fed_back(kit):
     messages = provider.requests[1].messages
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[1]["content"] == [{"type": "tool_use", "id": "c1", "name": "lookup", "input": {"key": "a"}}]
-    # The last block carries the rolling cache breakpoint (agent/caching.py); the block is otherwise the result.
+    # The last block carries the rolling cache breakpoint (agent/history/caching.py); the block is otherwise the result.
     assert messages[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "c1", "content": "value-of-a", "cache_control": {"type": "ephemeral"}}
     ]

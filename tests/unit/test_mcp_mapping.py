@@ -7,10 +7,10 @@ import json
 import pytest
 
 from agent.errors import McpConfigError, ToolDefinitionError
-from agent.mcp.config import load_servers, parse_servers
-from agent.mcp.connections import result_text
-from agent.mcp.mapping import RemoteTool, baton_tool, effect_of, needs_approval
 from agent.tools import execute
+from agent.tools.mcp.config import load_servers, parse_servers
+from agent.tools.mcp.connections import result_text
+from agent.tools.mcp.mapping import RemoteTool, baton_tool, effect_of, needs_approval
 
 
 def _doc(servers: dict) -> str:

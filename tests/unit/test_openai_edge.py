@@ -10,16 +10,16 @@ import httpx2
 import openai
 import pytest
 
-from agent.cancel import CancelToken
 from agent.errors import ProviderError
-from agent.failures import FailureClass, Overflow, classify
-from agent.history import RequestHistory
+from agent.history.repair import RequestHistory
+from agent.history.request import RequestShape, build_request
+from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, Overflow, classify
 from agent.messages import INTERRUPTED_RESULT, Message, TextBlock, ToolResultBlock, ToolUseBlock, user_text
 from agent.provider.base import ProviderRequest, TokenUsage
 from agent.provider.openai_provider import NO_CREDENTIALS, OpenAIProvider, credentials_problem
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
 from agent.provider.openai_request import ERROR_PREFIX, chat_body, unpaired_calls
-from agent.request import RequestShape, build_request
 
 MARK = {"type": "ephemeral"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.failures import FailureClass
-from agent.policy import (
+from agent.loop.failures import FailureClass
+from agent.loop.policy import (
     MAX_REPLICATION_WAITS,
     TABLE,
     Backoff,

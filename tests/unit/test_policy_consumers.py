@@ -9,8 +9,8 @@ import time
 import fakeredis
 import pytest
 
-from agent.failures import FailureClass
-from agent.policy import TABLE, Driver, missing_cells, policy_for
+from agent.loop.failures import FailureClass
+from agent.loop.policy import TABLE, Driver, missing_cells, policy_for
 from agent.provider.scripted import ScriptedProvider, reply_fault, reply_text, reply_tool
 from config.settings import Settings
 from tasks.app import app

@@ -15,7 +15,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from agent.policy import MAX_REPLICATION_WAITS, Driver
+from agent.loop.policy import MAX_REPLICATION_WAITS, Driver
 from agent.provider.scripted import ScriptedProvider, reply_text, reply_tool
 from config.settings import Settings
 from tasks.execution import flow, wiring

@@ -6,9 +6,17 @@ import json
 
 import pytest
 
+from agent.history.rounds import (
+    ROUND_VERSION,
+    StoredRound,
+    build_round,
+    load_round,
+    same_text,
+    seed_state,
+    usable_round,
+)
+from agent.loop.state import DedupEntry, LoopState, ToolLogEntry
 from agent.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from agent.rounds import ROUND_VERSION, StoredRound, build_round, load_round, same_text, seed_state, usable_round
-from agent.state import DedupEntry, LoopState, ToolLogEntry
 
 OWNER, TURN, NOW, TTL = "chat-1", "turn-1", 1_000.0, 600.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.sandbox import ETC_FILES, HostLayout, Limits, SandboxPolicy, etc_data, host_layout, sandbox_argv
+from agent.tools.sandbox import ETC_FILES, HostLayout, Limits, SandboxPolicy, etc_data, host_layout, sandbox_argv
 
 WS = "/srv/checkouts/app"
 MERGED_USR = HostLayout(

@@ -33,7 +33,7 @@ def test_defaults_match_the_contract():
     assert s.max_interruptions == 3
     assert s.max_rounds == 12
     assert (s.sandbox, s.sandbox_network, s.sandbox_uid) == ("bwrap", "off", None)
-    assert (s.prompt_cache, s.context_tokens) == ("on", None)  # None: the model's window (agent/context.py)
+    assert (s.prompt_cache, s.context_tokens) == ("on", None)  # None: the model's window (agent/history/context.py)
 
 
 def test_broker_follows_the_redis_url_unless_overridden(monkeypatch):

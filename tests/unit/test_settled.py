@@ -8,8 +8,8 @@ import time
 import fakeredis
 import pytest
 
+from agent.loop.policy import Driver
 from agent.messages import ToolUseBlock
-from agent.policy import Driver
 from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_text
 from config.settings import Settings
 from tasks.client import Client

@@ -78,7 +78,7 @@ def test_a_held_lease_is_left_to_its_holder():
 
 def _start(unit: str = "t1"):
     """The start batch exactly as the execution builds it for `take`."""
-    from agent.policy import Driver
+    from agent.loop.policy import Driver
     from config.settings import Settings
     from tasks.execution.flow import Execution
     from tasks.execution.settling import Unit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from agent.tool_threads import ToolThreads
+from agent.tools.threads import ToolThreads
 
 
 def _run_and_wait(threads: ToolThreads) -> int:

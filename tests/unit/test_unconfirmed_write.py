@@ -15,13 +15,13 @@ from typing import Any
 import fakeredis
 import pytest
 
-from agent.cancel import CancelToken
-from agent.edge import LoopConfig
-from agent.loop import run_loop
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig
+from agent.loop.policy import Backoff, Driver
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState
 from agent.messages import INTERRUPTED_RESULT, user_text
-from agent.policy import Backoff, Driver
 from agent.provider.scripted import ScriptedProvider, reply_text, reply_tool
-from agent.state import LoopState
 from agent.tools import by_name, tool
 from tasks.store import journal as journal_module
 from tasks.store import keys

@@ -6,7 +6,7 @@ import fakeredis
 import pytest
 import redis
 
-from agent.cancel import CancelToken
+from agent.loop.cancel import CancelToken
 from tasks.execution import watcher as watching
 from tasks.store import keys
 from tasks.store.lease import Lease

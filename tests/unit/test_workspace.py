@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import workspace
-from agent.tools import ToolOutcome, execute
-from agent.workspace import workspace_tools
+from agent.tools import ToolOutcome, execute, workspace
+from agent.tools.workspace import workspace_tools
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent.caching import CACHE_CONTROL, MAX_BREAKPOINTS, system_blocks, with_breakpoints
-from agent.context import LOW_WATERMARK, Fit, Sizes, choose_cut, elide, estimate_tokens
+from agent.history.caching import CACHE_CONTROL, MAX_BREAKPOINTS, system_blocks, with_breakpoints
+from agent.history.context import LOW_WATERMARK, Fit, Sizes, choose_cut, elide, estimate_tokens
 from agent.provider.base import ProviderRequest
 
 

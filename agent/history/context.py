@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from agent.failures import Overflow
+from agent.loop.failures import Overflow
 
 DEFAULT_CONTEXT_TOKENS = 200_000  # the standard input window of current Claude models
 BYTES_PER_TOKEN = 4

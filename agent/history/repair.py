@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.context import Sizes
+from agent.history.context import Sizes
 from agent.messages import (
     INTERRUPTED_RESULT,
     Message,

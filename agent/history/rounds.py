@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.loop.state import DedupEntry, LoopState, ToolLogEntry
 from agent.messages import Message
-from agent.state import DedupEntry, LoopState, ToolLogEntry
 
 ROUND_VERSION = 1
 
@@ -30,7 +30,7 @@ class StoredRound(BaseModel):
     executed: tuple[str, ...] = ()
     tool_log: tuple[ToolLogEntry, ...] = ()
     rounds_used: int = 0
-    elided_before: int = 0  # the context budget's cut (agent/context.py), so a resume sends the same bytes
+    elided_before: int = 0  # the context budget's cut (agent/history/context.py), so a resume sends the same bytes
     token_scale: float = 1.0  # and the calibration it was decided with
     extra: dict[str, str] = Field(default_factory=dict)  # driver-specific position (a run's journal generation)
 

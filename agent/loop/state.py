@@ -65,10 +65,10 @@ class LoopState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     resumed: bool = False
     reply: str | None = None
-    # Model-API messages [0, elided_before) have their tool results elided (agent/context.py). Journaled with
+    # Model-API messages [0, elided_before) have their tool results elided (agent/history/context.py). Journaled with
     # each model step, so a replay or a resume elides exactly as the execution that sent the request did.
     elided_before: int = 0
-    # Provider tokens per estimated token on the last model step (>= 1), journaled with it (agent/request.py).
+    # Provider tokens per estimated token on the last model step (>= 1), journaled with it (agent/history/request.py).
     token_scale: float = 1.0
 
 

@@ -13,18 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.cancel import CancelToken
-from agent.context import Fit, choose_cut, compaction_for, fit_at
-from agent.edge import Edge, EventDraft, LoopConfig, LoopFailure
-from agent.failures import FailureClass
-from agent.history import RequestHistory
-from agent.live import LiveText
+from agent.history.context import Fit, choose_cut, compaction_for, fit_at
+from agent.history.repair import RequestHistory
+from agent.history.request import RequestShape, build_request, plan_cut, token_scale
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import Edge, EventDraft, LoopConfig, LoopFailure
+from agent.loop.failures import FailureClass
+from agent.loop.live import LiveText
+from agent.loop.policy import Driver
+from agent.loop.state import LoopState
 from agent.messages import Message, TextBlock, ToolUseBlock
-from agent.policy import Driver
 from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, RetryNotice, request_with_replay
-from agent.request import RequestShape, build_request, plan_cut, token_scale
-from agent.state import LoopState
 
 log = logging.getLogger("baton.loop")
 
@@ -57,7 +57,7 @@ def model_step(
         return answer
     message_id = step_message_id(config, state)
     shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
-    # Wire form, unmarked and unelided: the cache marks and the cut are applied to copies (agent/request.py),
+    # Wire form, unmarked and unelided: the cache marks and the cut are applied to copies (agent/history/request.py),
     # so the view's dicts, shared from step to step, are never changed.
     messages = view.api([*history, *state.messages])
     compact_id = f"compact:{state.rounds_used}"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agent.failures import FailureClass as F
+from agent.loop.failures import FailureClass as F
 
 
 class Driver(StrEnum):
@@ -68,7 +68,7 @@ _OVERRIDES: dict[tuple[Driver, F], Policy] = {
     (Driver.CODING_RUN, F.BUDGET_EXCEEDED): Policy(
         False, False, 0, False, "the run used its step or wall-clock budget; start a new run to go on"
     ),
-    # The loop already compacted once (agent/context.py) before this class is raised: a retry would rebuild
+    # The loop already compacted once (agent/history/context.py) before this class is raised: a retry would rebuild
     # the same over-long request, so neither driver retries or resumes it.
     (Driver.CODING_RUN, F.CONTEXT_OVERFLOW): Policy(
         False,

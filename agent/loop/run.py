@@ -11,19 +11,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from agent.cancel import CancelToken
-from agent.edge import Edge, LoopConfig, LoopFailure
 from agent.errors import Cancelled
-from agent.failures import FailureClass
-from agent.history import RequestHistory
-from agent.live import LiveText, NoLiveText
+from agent.history.repair import RequestHistory
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import Edge, LoopConfig, LoopFailure
+from agent.loop.failures import FailureClass
+from agent.loop.live import LiveText, NoLiveText
+from agent.loop.model_step import model_step, step_message_id
+from agent.loop.policy import Driver
+from agent.loop.state import LoopState
 from agent.messages import Message, TextBlock, ToolResultBlock
-from agent.model_step import model_step, step_message_id
-from agent.policy import Driver
 from agent.provider.base import Provider
-from agent.state import LoopState
-from agent.tool_round import CancelledRound, run_round
 from agent.tools import Tool
+from agent.tools.round import CancelledRound, run_round
 
 
 def run_loop(

@@ -1,7 +1,7 @@
 """What a loop step needs from outside: the `Edge` that journals steps and publishes events, the config, and
 the loop's own failure (here so the model step and the tool round can raise it without importing the loop).
 
-`tasks` implements the Edge on Redis (the journal); unit tests use an in-memory one (agent/memory_edge.py).
+`tasks` implements the Edge on Redis (the journal); unit tests use an in-memory one (agent/loop/memory_edge.py).
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent.context import DEFAULT_CONTEXT_TOKENS
 from agent.errors import BatonError
-from agent.failures import FailureClass
-from agent.policy import Backoff, Driver
+from agent.history.context import DEFAULT_CONTEXT_TOKENS
+from agent.loop.failures import FailureClass
+from agent.loop.policy import Backoff, Driver
 
 EventDraft = tuple[str, dict[str, Any]]
 
@@ -66,5 +66,5 @@ class LoopConfig:
     # Message ids start with this (default: the turn id). A fresh start of a unit (not a resume) uses a new
     # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
     message_prefix: str | None = None
-    prompt_cache: bool = True  # send cache_control breakpoints (agent/caching.py)
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/context.py)
+    prompt_cache: bool = True  # send cache_control breakpoints (agent/history/caching.py)
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/history/context.py)

@@ -3,7 +3,7 @@
 The file tools are confined: every path a model gives is resolved (symlinks included) against the workspace
 root and refused unless it stays inside, because a model's path is untrusted input and one `../` or one
 planted symlink would otherwise let a run read the worker's secrets or overwrite files outside its checkout.
-`run_command` runs without a shell, inside the bubblewrap sandbox of `agent.sandbox` (see `agent.commands`):
+`run_command` runs without a shell, inside the bubblewrap sandbox of `agent.tools.sandbox` (see `agent.tools.commands`):
 a command sees the workspace as the only writable place, no network, no host process, no secret. The file
 tools run in the worker itself, so their path confinement stays the guard even against a symlink a
 sandboxed command planted.
@@ -16,11 +16,10 @@ import shlex
 import stat
 from pathlib import Path
 
-from agent import commands
-from agent.commands import scrubbed_env as scrubbed_env  # re-exported: it lived here before the sandbox
 from agent.errors import ToolError
-from agent.sandbox import SandboxPolicy
-from agent.tools import Tool, cap_result, tool
+from agent.tools import Tool, cap_result, commands, tool
+from agent.tools.commands import scrubbed_env as scrubbed_env  # re-exported: it lived here before the sandbox
+from agent.tools.sandbox import SandboxPolicy
 
 MAX_READ_BYTES = 1_000_000
 LIST_LIMIT = 1_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.edge import EventDraft
+from agent.loop.edge import EventDraft
 
 
 @dataclass

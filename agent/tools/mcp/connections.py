@@ -24,8 +24,8 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from agent.errors import ToolError
-from agent.mcp.config import ServerSpec
-from agent.mcp.mapping import META_KEY, RemoteTool
+from agent.tools.mcp.config import ServerSpec
+from agent.tools.mcp.mapping import META_KEY, RemoteTool
 
 log = logging.getLogger("baton.mcp")
 

@@ -11,10 +11,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from agent.cancel import CancelToken
-from agent.context import result_cap_chars
-from agent.edge import Edge, EventDraft, LoopConfig
 from agent.errors import AwaitingApproval, Cancelled
+from agent.history.context import result_cap_chars
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import Edge, EventDraft, LoopConfig
+from agent.loop.policy import Driver
+from agent.loop.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
 from agent.messages import (
     DENIED_RESULT,
     DENIED_WITH_REASON,
@@ -23,10 +25,8 @@ from agent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from agent.policy import Driver
-from agent.state import DedupEntry, LoopState, ToolLogEntry, dedup_key
-from agent.tool_threads import tool_threads
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
+from agent.tools.threads import tool_threads
 
 
 def run_round(

@@ -1,6 +1,6 @@
 """The one edge that runs a model's command: in the bwrap sandbox (the default) or, set on purpose, unconfined.
 
-`run` spawns the argv `agent.sandbox.sandbox_argv` builds, reads at most a bounded amount of its output (the
+`run` spawns the argv `agent.tools.sandbox.sandbox_argv` builds, reads at most a bounded amount of its output (the
 rest is drained and counted, so a command printing a gigabyte costs the worker no memory), kills everything it
 started when it is over or past its time limit, and refuses — running nothing — when the sandbox cannot start.
 """
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.errors import ToolError
-from agent.sandbox import SandboxPolicy, etc_data, host_layout, sandbox_argv
+from agent.tools.sandbox import SandboxPolicy, etc_data, host_layout, sandbox_argv
 
 KILL_GRACE_SECONDS = 2.0
 READ_CHUNK = 65536
