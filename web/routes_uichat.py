@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from tasks.store.tail import BLOCK_MS, START, entries_of, tail
 from web import deps
 from web.ids import check_id
 from web.stream import NO_BUFFERING, SEND_TIMEOUT, parse_stream_id
-from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked
+from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked, step_so_far
 from web.ui_request import ChatIn, Decide, Regenerate, Send, asked
 
 log = logging.getLogger("baton.web.uichat")
@@ -156,36 +156,52 @@ async def ui_stream(store: aioredis.Redis, client: AsyncClient, plan: Plan) -> A
     owner = keys.owner("chat", plan.chat_id)
     state = TurnChunks(plan.turn_id)
     quiet = plan.quiet_through is not None
+    step: list[Chunk] = []  # while quiet: the open step's chunks, which a resume mid-step sends again
     if not quiet:
         yield chunk_message(opening(state))
     try:
-        async for stream_id, item in turn_items(store, client, plan):
-            if quiet and still_quiet(plan, stream_id, item):
-                state, _ = parked(state) if item is PARKED_ITEM else advance(state, item)
+        async with contextlib.aclosing(turn_items(store, client, plan)) as items:
+            async for stream_id, item in items:
+                if quiet and still_quiet(plan, stream_id, item):
+                    state, chunks = parked(state) if item is PARKED_ITEM else advance(state, item)
+                    step = step_so_far(step, chunks)
+                    if state.done:
+                        break
+                    continue
+                if quiet:
+                    quiet = False
+                    for chunk in caught_up(plan, state, step):
+                        yield chunk_message(chunk)
+                if item is PARKED_ITEM:
+                    state, chunks = parked(state)
+                else:
+                    if item.get("type") == "tool.result" and item.get("turn_id") == plan.turn_id:
+                        item = {**item, "content": await result_content(store, owner, plan.turn_id, item)}
+                    state, chunks = advance(state, item)
+                for n, chunk in enumerate(chunks):
+                    yield chunk_message(chunk, stream_id if n == len(chunks) - 1 and stream_id else None)
                 if state.done:
                     break
-                continue
-            if quiet:
-                quiet = False
-                yield chunk_message(opening(state))
-            if item is PARKED_ITEM:
-                state, chunks = parked(state)
-            else:
-                if item.get("type") == "tool.result" and item.get("turn_id") == plan.turn_id:
-                    item = {**item, "content": await result_content(store, owner, plan.turn_id, item)}
-                state, chunks = advance(state, item)
-            for n, chunk in enumerate(chunks):
-                yield chunk_message(chunk, stream_id if n == len(chunks) - 1 and stream_id else None)
-            if state.done:
-                break
     except (redis.ConnectionError, redis.TimeoutError) as err:
         # As the native stream: said, and ended; the client resumes (the turn goes on regardless).
         log.warning("ui stream of %s ended: store unavailable (%s)", plan.chat_id, type(err).__name__)
         yield chunk_message({"type": "error", "errorText": "the store (Redis) is unavailable; resume the stream"})
         return
-    if quiet:  # the client already had everything up to the end
-        yield chunk_message(opening(state))
+    if quiet:  # the turn ended (or parked) within what the client already had
+        for chunk in caught_up(plan, state, step):
+            yield chunk_message(chunk)
     yield ServerSentEvent(data="[DONE]")
+
+
+def caught_up(plan: Plan, state: TurnChunks, step: list[Chunk]) -> list[Chunk]:
+    """What a quiet fold sends once it reaches news: `start`, and for a resume within a step, that step again.
+
+    A new stream starts with no open text parts in the client (`createStreamingUIMessageState`), so a delta of
+    the part it was reading would be refused: the step is reset and re-sent whole. An approval's continuation
+    starts after the parked stream's `finish-step`, with nothing open."""
+    if plan.continuation or not state.step_open or not step:
+        return [opening(state)]
+    return [opening(state), {"type": "reset-step"}, *step]
 
 
 PARKED_ITEM: dict[str, Any] = {"type": PARKED}
@@ -217,13 +233,14 @@ def chunk_message(chunk: Chunk, stream_id: str | None = None) -> ServerSentEvent
 
 async def turn_items(
     store: aioredis.Redis, client: AsyncClient, plan: Plan
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     """(stream id, item) of the chat's stream after `plan.after` (the shared reader, `tasks.store.tail`), live,
     with `PARKED_ITEM` (stream id "") once the turn parks for an approval: every item the park followed first."""
     key = keys.events(keys.owner("chat", plan.chat_id))
     park = asyncio.ensure_future(parked_at(client, store, plan))
-    source = tail(store, key, plan.after, block_ms=BLOCK_MS)
+    source = aiter(tail(store, key, plan.after, block_ms=BLOCK_MS))
     last = plan.after
+    following: asyncio.Future[tuple[str, bytes]] | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(source))
@@ -234,9 +251,7 @@ async def turn_items(
                 if item is not None:
                     yield last, item
                 continue
-            following.cancel()  # only ever waiting in XREAD here: nothing it read is lost
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await following
+            await _cancelled(following)  # only ever waiting in XREAD here: nothing it read is lost
             until = park.result()
             for stream_id, raw in entries_of(await store.xrange(key, f"({last}", until)):
                 item = decode(stream_id, raw)
@@ -246,7 +261,15 @@ async def turn_items(
             return
     finally:
         park.cancel()
+        if following is not None:
+            await _cancelled(following)  # the reader must be idle before it is closed
         await source.aclose()  # type: ignore[attr-defined]  # an async generator's
+
+
+async def _cancelled(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, redis.RedisError):
+        await task
 
 
 def decode(stream_id: str, raw: bytes | str) -> dict[str, Any] | None:

@@ -108,6 +108,18 @@ def parked(state: TurnChunks) -> tuple[TurnChunks, list[Chunk]]:
     return replace(state, done=True), [*out, {"type": "finish", "finishReason": "tool-calls"}]
 
 
+def step_so_far(sent: list[Chunk], more: list[Chunk]) -> list[Chunk]:
+    """The open step's chunks after its `start-step`, given those before `more` (what a resume mid-step sends
+    again after a `reset-step`: the AI SDK does not carry a message's open text parts over to a new stream)."""
+    out = list(sent)
+    for chunk in more:
+        if chunk["type"] in ("start-step", "finish-step", "reset-step"):
+            out = []
+        else:
+            out.append(chunk)
+    return out
+
+
 def chunks_of(turn_id: str, items: list[dict[str, Any]]) -> list[Chunk]:
     """A whole stream's chunks (`start` included), for tests and tools."""
     state = TurnChunks(turn_id)
