@@ -48,7 +48,10 @@ def scripts(run: str) -> ByConversation:
             f"{run}-last-event-id": [Reply([{"type": "text", "text": "Resumed after the last id it had seen."}],
                                            **SLOW)],  # fmt: skip
             f"{run}-approval": [tool_call("deploy", {"env": "prod"}), text("Deployed to prod.")],
-            f"{run}-failure": [Reply([], fault=Fault("http", status=400, message="a request the provider refuses"))],
+            f"{run}-failure": [
+                Reply([], fault=Fault("http", status=400, message="a request the provider refuses")),
+                text("Answered on the retry."),
+            ],
         }
     )
 

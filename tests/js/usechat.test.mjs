@@ -235,13 +235,21 @@ describe('useChat against baton serve', { concurrency: true }, () => {
     assert.deepEqual(partsOf(chat.s.messages[1]), expectedParts(await transcript(id)));
   });
 
-  test('a failure: an error chunk naming its class, finishReason error', async () => {
+  test('a failure: an error chunk naming its class, finishReason error; regenerate retries it', async () => {
     const id = `${RUN}-failure`;
     const { chunks, errors } = await assemble(await send(transport(), id, [userMessage(id)]));
     const error = chunks.find(c => c.type === 'error');
     assert.match(error.errorText, /^Failed \(provider_bad_request\): /);
     assert.equal(chunks.at(-1).finishReason, 'error');
     assert.equal(errors.length, 1);
+    // regenerate() is `baton retry`: the failed turn runs again, and this time answers.
+    const again = await assemble(await transport().sendMessages({
+      chatId: id, messages: [userMessage(id)], trigger: 'regenerate-message', messageId: undefined,
+    }));
+    assert.deepEqual(again.errors, []);
+    assert.equal(again.chunks.at(-1).finishReason, 'stop');
+    assert.deepEqual(partsOf(again.message), expectedParts(await transcript(id)));
+    assert.equal(textOf(again.message), 'Answered on the retry.');
   });
 
   test('401 without the token', async () => {

@@ -14,7 +14,7 @@ import pytest
 from agent.messages import INTERRUPTED_RESULT, STOPPED_NOTICE
 from agent.model_step import step_message_id
 from agent.state import LoopState
-from web.ui_chunks import TurnChunks, advance, chunks_of, first_message_id, parked
+from web.ui_chunks import TurnChunks, advance, chunks_of, first_message_id, parked, step_so_far
 from web.ui_request import Decide, Decision, Regenerate, Send, asked
 
 T = "t-1"
@@ -237,3 +237,21 @@ def test_approval_responses_are_decisions():
 def test_a_request_that_asks_for_nothing_says_why(trigger, messages, why):
     with pytest.raises(ValueError, match=why):
         asked(trigger, messages)
+
+
+def test_a_resume_mid_step_knows_the_open_steps_chunks():
+    """What a Last-Event-ID resume sends again after `reset-step`: the open step's chunks, from its start."""
+    items = [delta(M0, 1, 0, "a"), ev("tool.called", tool_use_id="x", name="n", input={}),
+             ev("tool.result", tool_use_id="x", is_error=False, content="r"), delta(M1, 1, 0, "b"),
+             delta(M1, 1, 1, "c")]  # fmt: skip
+    step: list[dict[str, Any]] = []
+    state = TurnChunks(T)
+    for item in items:
+        state, chunks = advance(state, item)
+        step = step_so_far(step, chunks)
+    assert step == [
+        {"type": "text-start", "id": f"{M1}/a1"},
+        {"type": "text-delta", "id": f"{M1}/a1", "delta": "b"},
+        {"type": "text-delta", "id": f"{M1}/a1", "delta": "c"},
+    ]
+    assert step_so_far(step, [{"type": "reset-step"}]) == []
