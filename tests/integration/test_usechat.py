@@ -24,7 +24,7 @@ JS = REPO / "tests" / "js"
 TOKEN = "usechat-test-token"
 NODE_TIMEOUT = 120
 
-SLOW = {"pace": 0.15, "parts": 20}
+SLOW: dict[str, float] = {"pace": 0.15, "parts": 20}
 
 
 def node_or_skip() -> str:
@@ -36,6 +36,10 @@ def node_or_skip() -> str:
     return node
 
 
+def slow(said: str) -> Reply:
+    return Reply([{"type": "text", "text": said}], **SLOW)  # type: ignore[arg-type]
+
+
 def scripts(run: str) -> ByConversation:
     """Each case's replies, keyed by its chat id (the text of its first message)."""
     doomed = Reply([{"type": "text", "text": "SENTINEL words that vanish with the attempt"}], parts=6, pace=0.05)
@@ -43,10 +47,8 @@ def scripts(run: str) -> ByConversation:
         {
             f"{run}-tool-round": [tool_call("lookup", {"key": "k1"}, text="Let me look that up."), text("It is k1.")],
             f"{run}-dropped": [failing(Fault("drop", after_events=7), doomed), text("The whole final answer.")],
-            f"{run}-aborted": [Reply([{"type": "text", "text": "An answer long enough to abort midway through."}],
-                                     **SLOW)],  # fmt: skip
-            f"{run}-last-event-id": [Reply([{"type": "text", "text": "Resumed after the last id it had seen."}],
-                                           **SLOW)],  # fmt: skip
+            f"{run}-aborted": [slow("An answer long enough to abort midway through.")],
+            f"{run}-last-event-id": [slow("Resumed after the last id it had seen.")],
             f"{run}-approval": [tool_call("deploy", {"env": "prod"}), text("Deployed to prod.")],
             f"{run}-failure": [
                 Reply([], fault=Fault("http", status=400, message="a request the provider refuses")),
