@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
 from tasks.client import AsyncClient
-from web import errors, routes_approvals, routes_chats, routes_runs
+from web import errors, routes_approvals, routes_chats, routes_runs, routes_uichat
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
 
@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, client: AsyncClient | None = No
     app.state.stream_redis = client.redis
     errors.install(app)
 
-    for router in (routes_chats.router, routes_runs.router, routes_approvals.router):
+    for router in (routes_chats.router, routes_runs.router, routes_approvals.router, routes_uichat.router):
         app.include_router(router, dependencies=[Depends(require_token)])
     # Last: any other /api path is a 404, but only for a caller with the token (the rule covers every /api request).
     app.add_api_route(
