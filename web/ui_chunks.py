@@ -33,7 +33,7 @@ NOTICE_PART = "notice"  # the text part id of a stop's notice
 
 
 def first_message_id(turn_id: str) -> str:
-    """The UI message's id: the turn's first model step's `message_id` (`agent.model_step.step_message_id` of a
+    """The UI message's id: the turn's first model step's `message_id` (`agent.loop.model_step.step_message_id` of a
     fresh turn: generation 0, no rounds yet), known before any step streams, so `start` can carry it at once
     and every stream of the turn (the answer, a resume, an approval's continuation) names the same message."""
     return f"{turn_id}:m0"

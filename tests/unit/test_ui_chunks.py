@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from agent.loop.model_step import step_message_id
+from agent.loop.state import LoopState
 from agent.messages import INTERRUPTED_RESULT, STOPPED_NOTICE
-from agent.model_step import step_message_id
-from agent.state import LoopState
 from web.ui_chunks import TurnChunks, advance, chunks_of, first_message_id, parked, step_so_far
 from web.ui_request import Decide, Decision, Regenerate, Send, asked
 
