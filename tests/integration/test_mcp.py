@@ -180,6 +180,36 @@ def test_sigkill_mid_write_the_second_worker_never_repeats_it(stack):
         _kill_servers(r, "notes")
 
 
+def test_sigkill_mid_idempotent_write_the_second_worker_re_runs_it_under_the_same_key(stack):
+    """SIGKILL the worker and its server inside an idempotent MCP write (`idempotentHint: true`): the second
+    worker's resume runs the call again with the same key in `_meta`, so the server can tell the repeat; the turn
+    completes with that call's real result."""
+    r = _redis(stack)
+    path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url)})
+    stack.fake_api.set_handler(
+        Script([tool_call("notes__blocking_put", {"note": "n"}, id="toolu_p"), text("stored")])
+    )
+    w1 = stack.worker("w1", concurrency=1, BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+    client = stack.client()
+    try:
+        ref = client.send_message("m5", "store it")
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        w1.kill9()
+        _kill_servers(r, "notes")  # its server dies too, its call unanswered (it would take the release below)
+        stack.worker("w2", concurrency=1, BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        r.rpush(key("notes", "release"), "go")
+        result = client.wait(ref, timeout=60)
+        assert result.status == "completed" and result.reply == "stored", result
+        assert [k.decode() for k in r.lrange(key("notes", "keys"), 0, -1)] == ["chat:m5:toolu_p"] * 2
+        (block,) = [b for m in client.transcript("m5") for b in m.tool_results]
+        assert block.content == "put 'n' (call 2)" and not block.synthesized
+        assert [e["status"] for e in _events(client, "m5", "tool.result")] == ["ok"]
+    finally:
+        r.rpush(key("notes", "release"), "go")
+        _kill_servers(r, "notes")
+
+
 def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without_repeats(stack, tmp_path: Path):
     """SIGTERM while a coding run's MCP write runs: the write gets its grace and its result is recorded, the
     worker's server is closed before the worker exits — even one that ignores its stdin closing (the SDK then
