@@ -10,7 +10,8 @@ a separate program (rather than a `preexec_fn`) keeps the worker free of fork-th
 process that has threads, and keeps every limit visible in the argv.
 
 Everything that decides what the sandbox exposes lives in `sandbox_argv`, so it can be read and unit-tested in
-one place; `agent/confined.py` is the one edge that runs it.
+one place; `agent/commands.py` runs a model's command in it, `agent/mcp/sandboxed.py` a coding run's stdio MCP
+server (the same sandbox, its /etc files bound from disk since the MCP SDK passes no fds, plus the server's env).
 """
 
 from __future__ import annotations
