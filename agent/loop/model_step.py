@@ -180,7 +180,7 @@ def model_step(
         "token_scale": state.token_scale,
         "unit_usage": state.usage.model_dump(),
     }
-    servers = servers or {}
+    servers = servers if servers is not None else {}  # a lookup may be empty yet answer (a stand-in names its server)
     events: list[EventDraft] = [
         (
             "tool.called",

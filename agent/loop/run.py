@@ -9,7 +9,7 @@ the middle of one is known and never blindly repeated.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from agent.errors import Cancelled
 from agent.history.repair import RequestHistory
@@ -39,7 +39,7 @@ def run_loop(
 ) -> LoopState:
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
     tool_specs = [t.to_api() for t in tools.values()]
-    servers = {t.name: t.server for t in tools.values() if t.server is not None}
+    servers = ServerOf(tools)
     live = live or NoLiveText()
     view = RequestHistory()  # the request's history, grown round by round instead of rebuilt
     while True:
@@ -74,6 +74,26 @@ def run_loop(
         state.messages.append(Message(role="user", content=tuple(results), turn_id=config.turn_id))
         state.rounds_used += 1
         _stop_unless_replaying(cancel, edge, state)
+
+
+class ServerOf(Mapping[str, str]):
+    """Each MCP tool's server, looked up through `tools`: a stand-in for a tool its server does not offer here (it
+    is down on this worker) names its server too, though it is not among the tools offered."""
+
+    def __init__(self, tools: Mapping[str, Tool]) -> None:
+        self._tools = tools
+
+    def __getitem__(self, name: str) -> str:
+        found = self._tools.get(name)
+        if found is None or found.server is None:
+            raise KeyError(name)
+        return found.server
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, t in self._tools.items() if t.server is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _stop_unless_replaying(cancel: CancelToken, edge: Edge, state: LoopState) -> None:

@@ -10,7 +10,9 @@ a separate program (rather than a `preexec_fn`) keeps the worker free of fork-th
 process that has threads, and keeps every limit visible in the argv.
 
 Everything that decides what the sandbox exposes lives in `sandbox_argv`, so it can be read and unit-tested in
-one place; `agent/confined.py` is the one edge that runs it.
+one place; `agent/tools/commands.py` runs a model's command in it, `agent/tools/mcp/sandboxed.py` a coding run's
+stdio MCP server (the same sandbox, its /etc files bound from disk since the MCP SDK passes no fds, plus the
+server's env).
 """
 
 from __future__ import annotations
@@ -129,9 +131,10 @@ def etc_data(policy: SandboxPolicy, home: str) -> dict[str, bytes]:
     }
 
 
-def sandbox_env(policy: SandboxPolicy, workspace: str) -> dict[str, str]:
-    """The whole environment a sandboxed command starts with."""
-    return {"PATH": policy.path, "HOME": workspace, "LANG": policy.lang}
+def sandbox_env(policy: SandboxPolicy, workspace: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment a sandboxed command starts with: a minimal PATH, HOME, LANG, then `extra` over them
+    (an MCP server's `env` from the operator's file; a model's command gets none)."""
+    return {"PATH": policy.path, "HOME": workspace, "LANG": policy.lang, **(extra or {})}
 
 
 def sandbox_argv(
@@ -140,15 +143,20 @@ def sandbox_argv(
     policy: SandboxPolicy,
     layout: HostLayout,
     *,
-    data_fds: Mapping[str, int],
+    data_fds: Mapping[str, int] | None = None,
+    data_files: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
     status_fd: int | None = None,
 ) -> list[str]:
     """The full command line: prlimit, optionally setpriv, then bwrap with the sandbox, then the command.
 
     `workspace` is the real (resolved) path; it is bound read-write at the same path, so paths in a command's
-    output match what the file tools show. `data_fds` maps each path of `etc_data` to a readable fd holding its
-    bytes (the caller makes the pipes); `status_fd` gets bwrap's JSON status (a `child-pid` line once the
-    sandbox is up, which is how the caller tells "the sandbox could not start" from "the command failed").
+    output match what the file tools show. Each path of `etc_data` comes in one of two ways: `data_fds` maps it to
+    a readable fd holding its bytes (the caller makes the pipes: nothing is left on disk), `data_files` to a host
+    file holding them, bound read-only (for a launcher that cannot hand fds on, as the MCP SDK's stdio client
+    cannot). `extra_env` goes into the environment over `sandbox_env`'s. `status_fd` gets bwrap's JSON status (a
+    `child-pid` line once the sandbox is up, which is how the caller tells "the sandbox could not start" from
+    "the command failed").
     """
     if not os.path.isabs(workspace):
         raise ValueError(f"the workspace must be an absolute path, got {workspace!r}")
@@ -200,12 +208,14 @@ def sandbox_argv(
         if name in network_only and not policy.network:
             continue
         argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    for path, fd in sorted(data_fds.items()):
+    for path, fd in sorted((data_fds or {}).items()):
         argv += ["--ro-bind-data", str(fd), path]
+    for path, host_file in sorted((data_files or {}).items()):
+        argv += ["--ro-bind", host_file, path]
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     argv += ["--remount-ro", "/"]  # the root tmpfs bwrap builds: no RAM-backed writes outside /tmp
     argv.append("--clearenv")
-    for name, value in sandbox_env(policy, workspace).items():
+    for name, value in sandbox_env(policy, workspace, extra_env).items():
         argv += ["--setenv", name, value]
     argv += ["--", *command]
     return argv

@@ -53,6 +53,9 @@ log = logging.getLogger("baton.execution")
 # A unit handed back by a draining worker comes back after this; meanwhile the draining worker's consumer has
 # usually stopped, and returns the message to the queue if it holds it.
 DRAINING_DEFER_SECONDS = 0.5
+# A run's own stdio MCP servers are closed within this when its execution ends (a drain included): the SDK gives a
+# server 2 s to exit once its stdin closes, then kills it (and bwrap's --die-with-parent takes its sandbox down).
+RUN_MCP_CLOSE_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Execution(Settling):
         self.live: RedisLiveText | None = None
         self.replication_id: str | None = None
         self.journal: RedisJournal | None = None
+        self.run_servers: wiring.RunServers | None = None
 
     def run(self) -> Outcome:
         unit, client = self.unit, self.client
@@ -183,6 +187,8 @@ class Execution(Settling):
             watcher.stop()
             if self.live is not None:
                 self.live.close()
+            if self.run_servers is not None:  # the run's own MCP servers stop with its execution, however it ended
+                self.run_servers.close(RUN_MCP_CLOSE_SECONDS)
 
     # -- the steps -------------------------------------------------------------------------------
 
@@ -257,11 +263,12 @@ class Execution(Settling):
         )
         state = self._seed(rec, journal)
         config = self._config(rec)
-        tools: Mapping[str, Tool] = (
-            wiring.chat_tools(settings)
-            if unit.driver is Driver.CHAT_TURN
-            else wiring.run_tools(settings, rec.workspace or ".")
-        )
+        tools: Mapping[str, Tool]
+        if unit.driver is Driver.CHAT_TURN:
+            tools = wiring.chat_tools(settings)
+        else:
+            self.run_servers = wiring.run_servers(settings, rec.workspace or ".")
+            tools = wiring.run_tools(settings, rec.workspace or ".", self.run_servers)
         try:
             run_loop(
                 history,

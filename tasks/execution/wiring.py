@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -17,7 +18,8 @@ from agent.provider.scripted import Cue, ScriptedProvider, directive_script, loa
 from agent.tools import Tool, by_name, load_tools
 from agent.tools.mcp.config import ServerSpec, load_servers
 from agent.tools.mcp.connections import Servers
-from agent.tools.mcp.mapping import RemoteTool, baton_tool
+from agent.tools.mcp.mapping import RemoteTool, ToolSet, baton_tool, server_of, stand_in, unavailable_text
+from agent.tools.mcp.sandboxed import RunLauncher
 from agent.tools.sandbox import SandboxPolicy
 from agent.tools.workspace import workspace_tools
 from config.settings import Settings
@@ -137,9 +139,10 @@ def _chat_tools(spec: str) -> Mapping[str, Tool]:
 
 def chat_tools(settings: Settings) -> Mapping[str, Tool]:
     """A chat turn's tools: `BATON_TOOLS`, and the MCP servers' tools as they are listed now."""
-    if not settings.mcp_servers:
+    servers = mcp_servers(settings)
+    if servers is None:
         return _chat_tools(settings.tools)
-    return MappingProxyType(by_name([*_loaded(settings.tools), *mcp_tools(settings)]))
+    return _tool_set([*_loaded(settings.tools), *mcp_tools(settings)], dict.fromkeys(servers.specs, servers))
 
 
 def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
@@ -149,12 +152,67 @@ def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
     return SandboxPolicy(network=settings.sandbox_network == "on", run_as=settings.sandbox_uid)
 
 
-def run_tools(settings: Settings, workspace: str) -> dict[str, Tool]:
+def run_tools(settings: Settings, workspace: str, own: RunServers | None = None) -> Mapping[str, Tool]:
     """A run's tools: its workspace's own (they are bound to its directory), the shared `BATON_TOOLS`, and the MCP
-    servers' tools."""
-    return by_name(
-        [*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools), *mcp_tools(settings)]
+    servers' tools: its own stdio servers' (`own`, in its sandbox) and the worker's for the rest."""
+    tools = [*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools)]
+    shared = mcp_servers(settings)
+    if shared is None:
+        return by_name(tools)
+    sources = dict.fromkeys(shared.specs, shared)
+    if own is not None:
+        sources.update(dict.fromkeys(own.servers.specs, own.servers))
+        tools += [t for t in mcp_tools(settings) if t.server not in own.servers.specs]
+        for name, listed in own.servers.listing().items():
+            tools += _as_tools(own.servers, name, listed, settings)
+    else:
+        tools += mcp_tools(settings)
+    return _tool_set(tools, sources)
+
+
+def _tool_set(tools: list[Tool], sources: Mapping[str, Servers]) -> ToolSet:
+    """`tools` by name, and for `NAME__TOOL` of a configured server that does not offer it, a stand-in saying why."""
+
+    def missing(name: str) -> Tool | None:
+        found = server_of(name, sources)
+        if found is None:
+            return None
+        server, tool = found
+        where = sources[server]
+        return stand_in(server, tool, unavailable_text(server, tool, where.errors.get(server), server in where.tools))
+
+    return ToolSet(by_name(tools), missing)
+
+
+@dataclass(frozen=True)
+class RunServers:
+    """A coding run's own stdio MCP servers, in its sandbox: started with its execution, closed when it ends."""
+
+    servers: Servers
+    launcher: RunLauncher
+
+    def close(self, timeout: float) -> None:
+        try:
+            self.servers.close(timeout)
+        finally:
+            self.launcher.close()
+
+
+def run_servers(settings: Settings, workspace: str) -> RunServers | None:
+    """The stdio servers of a run's execution, launched in its sandbox (cwd its workspace, the sandbox's minimal
+    environment plus each server's `env`); they start when its tools are listed. None when there is no stdio server,
+    or under `BATON_SANDBOX=none`, where the worker's own serve the run as they serve chat turns."""
+    policy = sandbox_policy(settings)
+    if not settings.mcp_servers or policy is None:
+        return None
+    stdio = tuple(s for s in mcp_specs(settings.mcp_servers) if s.transport == "stdio")
+    if not stdio:
+        return None
+    launcher = RunLauncher(workspace, policy)
+    servers = Servers(
+        stdio, call_timeout=settings.mcp_timeout, launch=launcher, closed_reason="its run's execution has ended"
     )
+    return RunServers(servers, launcher)
 
 
 def without_mcp(settings: Settings) -> Settings:

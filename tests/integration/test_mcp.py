@@ -8,16 +8,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from agent.messages import INTERRUPTED_RESULT
+from agent.tools.commands import probe
+from agent.tools.sandbox import SandboxPolicy
+from tests.conftest import FAKE_KEY
+from tests.integration.test_sandbox import NOBODY
 from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call
 from tests.support.mcp_server import key
 from tests.support.processes import REPO, wait_until
@@ -173,17 +180,48 @@ def test_sigkill_mid_write_the_second_worker_never_repeats_it(stack):
         _kill_servers(r, "notes")
 
 
+def test_sigkill_mid_idempotent_write_the_second_worker_re_runs_it_under_the_same_key(stack):
+    """SIGKILL the worker and its server inside an idempotent MCP write (`idempotentHint: true`): the second
+    worker's resume runs the call again with the same key in `_meta`, so the server can tell the repeat; the turn
+    completes with that call's real result."""
+    r = _redis(stack)
+    path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url)})
+    stack.fake_api.set_handler(
+        Script([tool_call("notes__blocking_put", {"note": "n"}, id="toolu_p"), text("stored")])
+    )
+    w1 = stack.worker("w1", concurrency=1, BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+    client = stack.client()
+    try:
+        ref = client.send_message("m5", "store it")
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        w1.kill9()
+        _kill_servers(r, "notes")  # its server dies too, its call unanswered (it would take the release below)
+        stack.worker("w2", concurrency=1, BATON_MCP_SERVERS=path, BATON_LEASE_TTL="3")
+        assert r.blpop([key("notes", "started")], timeout=45) is not None
+        r.rpush(key("notes", "release"), "go")
+        result = client.wait(ref, timeout=60)
+        assert result.status == "completed" and result.reply == "stored", result
+        assert [k.decode() for k in r.lrange(key("notes", "keys"), 0, -1)] == ["chat:m5:toolu_p"] * 2
+        (block,) = [b for m in client.transcript("m5") for b in m.tool_results]
+        assert block.content == "put 'n' (call 2)" and not block.synthesized
+        assert [e["status"] for e in _events(client, "m5", "tool.result")] == ["ok"]
+    finally:
+        r.rpush(key("notes", "release"), "go")
+        _kill_servers(r, "notes")
+
+
 def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without_repeats(stack, tmp_path: Path):
     """SIGTERM while a coding run's MCP write runs: the write gets its grace and its result is recorded, the
     worker's server is closed before the worker exits — even one that ignores its stdin closing (the SDK then
-    kills it) — and the run resumes on another worker, nothing repeated."""
+    kills it) — and the run resumes on another worker, nothing repeated. BATON_SANDBOX=none: the run uses the
+    worker's own servers, as a chat turn does (this server needs the test's venv and Redis, which a sandbox hides)."""
     r = _redis(stack)
     path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url, MCP_TEST_LINGER="1")})
     stack.fake_api.set_handler(
         Script([tool_call("notes__blocking_write", {"note": "a"}), STALL, tool_call("notes__lookup", {"key_name": "x"}),
                 text("done")])
     )
-    worker_a = stack.worker("a", pool="prefork", concurrency=1, BATON_MCP_SERVERS=path)
+    worker_a = stack.worker("a", pool="prefork", concurrency=1, BATON_MCP_SERVERS=path, BATON_SANDBOX="none")
     client = stack.client()
     try:
         ref = client.start_run("write a note", workspace=tmp_path)
@@ -193,7 +231,7 @@ def test_a_drain_mid_run_closes_the_server_and_the_run_resumes_elsewhere_without
         r.rpush(key("notes", "release"), "go")  # the write finishes inside its drain grace
         assert worker_a.wait_exit(timeout=30) == 0
         assert _gone(first), "the worker exited and left its MCP server running"
-        stack.worker("b", BATON_MCP_SERVERS=path)
+        stack.worker("b", BATON_MCP_SERVERS=path, BATON_SANDBOX="none")
         status = client.wait(ref, timeout=60)
         assert status.status == "completed" and status.reply == "done", status
         assert _calls(r, "notes", "blocking_write") == 1 and _calls(r, "notes", "lookup") == 1
@@ -252,3 +290,69 @@ def test_a_bad_servers_file_fails_worker_start_naming_the_variable(stack):
     path.write_text(json.dumps({"mcpServers": {"a__b": {"command": "x"}}}))
     with pytest.raises(RuntimeError, match="BATON_MCP_SERVERS"):
         stack.worker("bad", BATON_MCP_SERVERS=str(path))
+
+
+@pytest.fixture
+def sandboxed_workspace() -> Iterator[Path]:
+    """A run's workspace the sandbox's uid can write (owned by nobody under a root worker), holding the
+    standard-library MCP server (what the sandbox shows of the host is /usr and the workspace, not the venv)."""
+    run_as = NOBODY if os.geteuid() == 0 else None
+    reason = probe(SandboxPolicy(run_as=run_as))
+    if reason is not None:
+        pytest.skip(f"bubblewrap cannot run here: {reason}")
+    root = Path(tempfile.mkdtemp(prefix="baton-mcp-ws-"))
+    root.chmod(0o755)
+    shutil.copy(REPO / "tests" / "support" / "mcp_probe_server.py", root / "mcp_probe.py")
+    if run_as is not None:
+        os.chown(root, NOBODY, NOBODY)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_coding_runs_stdio_server_runs_in_its_sandbox(stack, sandboxed_workspace: Path):
+    """A coding run's stdio server starts inside the run's sandbox: its cwd the workspace, its environment the
+    sandbox's minimal one plus the file's `env`; it cannot read the worker's key (its environment, /proc of the
+    worker or of anything) nor reach the test's Redis; it is stopped when the run settles."""
+    ws = sandboxed_workspace
+    path = _servers_file(stack, {"box": {"command": "python3", "args": [str(ws / "mcp_probe.py")],
+                                         "env": {"FROM_THE_FILE": "yes"}}})
+    env = {"BATON_SANDBOX_UID": str(NOBODY)} if os.geteuid() == 0 else {}
+    worker = stack.worker("w1", concurrency=1, BATON_MCP_SERVERS=path, **env)
+    assert worker.proc is not None
+    probes = {
+        "env": "env", "cwd": "cwd", "worker": f"read /proc/{worker.proc.pid}/environ", "secrets": "secrets",
+        "redis": f"connect 127.0.0.1:{stack.redis_server.port}",
+    }
+    steps = [tool_call("box__probe", {"what": what}, id=f"toolu_{name}") for name, what in probes.items()]
+    stack.fake_api.set_handler(Script([*steps, text("probed")]))
+    client = stack.client()
+    ref = client.start_run("probe the server", workspace=ws)
+    status = client.wait(ref, timeout=90)
+    assert status.status == "completed" and status.reply == "probed", status
+    out = {b.tool_use_id.removeprefix("toolu_"): b for m in client.transcript(ref.run_id) for b in m.tool_results}
+    assert not any(b.is_error for b in out.values()), {k: b.content for k, b in out.items()}
+    seen = {name: out[name].content[:300] for name in ("worker", "secrets", "redis", "cwd", "env")}
+    assert seen["worker"].startswith("unreadable") and FAKE_KEY not in seen["worker"], seen
+    assert seen["secrets"] == "none found", seen
+    assert seen["redis"].startswith("unreachable"), seen
+    assert seen["cwd"] == os.path.realpath(ws), seen
+    names = set(seen["env"].split())
+    assert "FROM_THE_FILE" in names and names <= {"FROM_THE_FILE", "PATH", "HOME", "LANG", "PWD"}, names
+    assert {e.get("server") for e in _events(client, ref.run_id, "tool.result")} == {"box"}
+    if os.geteuid() == 0:  # the sandbox's processes run as nobody: none is left once the run has settled
+        wait_until(lambda: _sandboxed(ws / "mcp_probe.py") == [], 10, what="the run's MCP server to stop")
+
+
+def _sandboxed(program: Path) -> list[int]:
+    """Host pids running `program` as nobody (the run's sandboxed server; the worker's own copy runs as root)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text().splitlines()
+            uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, StopIteration):
+            continue
+        if uid == NOBODY and str(program).encode() in cmdline:
+            found.append(int(entry.name))
+    return found

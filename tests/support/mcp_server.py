@@ -1,7 +1,8 @@
 """A real MCP server written with the `mcp` SDK, counting its calls in the test's Redis (like counting_tools.py).
 
 Run as `python -m tests.support.mcp_server [stdio|http PORT]`. Its environment (the servers file's `env`) gives
-`MCP_TEST_REDIS` (where it counts) and `MCP_TEST_NAME` (the server's name in the file, prefixing its keys).
+`MCP_TEST_REDIS` (where it counts; without it, nothing is counted) and `MCP_TEST_NAME` (the server's name in the
+file, prefixing its keys).
 Its pid is pushed to `mcp:{name}:pids` at start and to `mcp:{name}:closed` when its stdin closes, so a test can
 tell which processes were started and whether each was shut down by the client.
 """
@@ -12,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+import anyio
 import redis
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
@@ -74,11 +76,45 @@ def blocking_write(note: str) -> str:
     return f"wrote {note!r} (call {n})"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False))
+def blocking_put(note: str, ctx: Context) -> str:
+    """An idempotent write that keeps the caller's key, then blocks until the test releases it (counts its calls)."""
+    meta: Any = ctx.request_context.meta or {}
+    if not isinstance(meta, dict):
+        meta = meta.model_dump(by_alias=True)
+    client = _redis()
+    client.rpush(key(NAME, "keys"), str(meta.get("baton/idempotency_key")))
+    n = _count("blocking_put", note)
+    client.rpush(key(NAME, "started"), note)
+    client.blpop([key(NAME, "release")], timeout=60)
+    return f"put {note!r} (call {n})"
+
+
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def crash(reason: str) -> str:
     """Exit the server process mid-call (the client sees its server die)."""
     _count("crash", reason)
     os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def slow(seconds: float) -> str:
+    """Answer after `seconds` (a server that does not answer in time)."""
+    await anyio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+async def add_tool(name: str, ctx: Context) -> str:
+    """Offer a new read tool `name`, and tell the client its tool list changed."""
+
+    def added() -> str:
+        return f"{name} was added at runtime"
+
+    server.add_tool(added, name=name, description=f"added at runtime: {name}",
+                    annotations=ToolAnnotations(read_only_hint=True))
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -105,14 +141,17 @@ def probe(what: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    _redis().rpush(key(NAME, "pids"), os.getpid())
+    counting = "MCP_TEST_REDIS" in os.environ
+    if counting:
+        _redis().rpush(key(NAME, "pids"), os.getpid())
     if argv[:1] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
         return
     try:
         server.run("stdio")
     finally:
-        _redis().rpush(key(NAME, "closed"), os.getpid())
+        if counting:
+            _redis().rpush(key(NAME, "closed"), os.getpid())
     if os.environ.get("MCP_TEST_LINGER"):
         # A server that outlives its stdin (one that forks workers does): only the client's terminate ends it.
         import time

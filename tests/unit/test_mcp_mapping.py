@@ -7,10 +7,27 @@ import json
 import pytest
 
 from agent.errors import McpConfigError, ToolDefinitionError
-from agent.tools import execute
+from agent.loop.cancel import CancelToken
+from agent.loop.edge import LoopConfig
+from agent.loop.memory_edge import MemoryEdge
+from agent.loop.policy import Backoff, Driver
+from agent.loop.run import run_loop
+from agent.loop.state import LoopState
+from agent.messages import INTERRUPTED_RESULT, user_text
+from agent.provider.scripted import ScriptedProvider, reply_text, reply_tool
+from agent.tools import execute, tool
 from agent.tools.mcp.config import load_servers, parse_servers
 from agent.tools.mcp.connections import result_text
-from agent.tools.mcp.mapping import RemoteTool, baton_tool, effect_of, needs_approval
+from agent.tools.mcp.mapping import (
+    RemoteTool,
+    ToolSet,
+    baton_tool,
+    effect_of,
+    needs_approval,
+    server_of,
+    stand_in,
+    unavailable_text,
+)
 
 
 def _doc(servers: dict) -> str:
@@ -143,3 +160,49 @@ def test_a_result_is_its_text_parts_or_its_structured_content():
     )
     assert result_text(mixed) == "a\n[image content]"
     assert result_text(CallToolResult(content=[], structured_content={"n": 1})) == '{"n": 1}'
+
+
+def _unavailable_set(error: str | None = "cannot start: no such file", listed: bool = False):
+
+    @tool(effect="read")
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    def missing(name: str):
+        found = server_of(name, {"notes": None})
+        return stand_in(*found, unavailable_text(*found, error, listed)) if found else None
+
+    return ToolSet({"lookup": lookup}, missing)
+
+def _round(tools, edge, call_id: str = "toolu_w"):
+    config = LoopConfig(owner_id="chat:c", turn_id="t1", driver=Driver.CHAT_TURN, model="m", max_rounds=3,
+                        retry_budget=1, backoff=Backoff(scale=0.0))
+    provider = ScriptedProvider([reply_tool("notes__put_note", {"note": "n"}, call_id=call_id), reply_text("ok")])
+    state = run_loop([user_text("go", turn_id="t1")], LoopState(), provider=provider, tools=tools, edge=edge,
+                     cancel=CancelToken(), config=config)
+    (result,) = [b for m in state.messages for b in getattr(m, "tool_results", ())]
+    return result, provider
+
+
+def test_a_call_to_a_configured_servers_tool_it_does_not_offer_names_the_server():
+    """The server is configured but its tools are not offered here (it never started on this worker): the call is
+    an is_error naming it, both events carry the server, and the stand-in is never offered to the model."""
+    tools = _unavailable_set()
+    assert list(tools) == ["lookup"] and "notes__put_note" in tools and tools.get("other__x") is None
+    edge = MemoryEdge()
+    result, provider = _round(tools, edge)
+    assert result.is_error and result.content == (
+        "MCP server 'notes' is unavailable: cannot start: no such file; it is started again for a later call"
+    )
+    assert [t["name"] for t in provider.requests[0].tools] == ["lookup"]
+    servers = {kind: data.get("server") for kind, data in edge.events if kind in ("tool.called", "tool.result")}
+    assert servers == {"tool.called": "notes", "tool.result": "notes"}
+
+
+def test_a_write_journaled_elsewhere_is_not_re_run_by_a_stand_in():
+    """Another worker journaled the call `committing` and died; here its server is down: the call is answered
+    with the placeholder (the stand-in takes MCP's default, an unrepeatable write), not "unknown tool"."""
+    edge = MemoryEdge(steps={"tool:toolu_w": {"kind": "tool", "status": "committing", "name": "notes__put_note"}})
+    result, _ = _round(_unavailable_set(error=None, listed=True), edge)
+    assert result.content == INTERRUPTED_RESULT and result.synthesized

@@ -179,3 +179,23 @@ def test_settings_choose_the_policy():
     assert default == SandboxPolicy() and not default.network and default.run_as is None
     tuned = sandbox_policy(Settings(sandbox_network="on", sandbox_uid=65534))
     assert tuned is not None and tuned.network and tuned.run_as == 65534
+
+
+def test_data_files_bind_the_synthesized_etc_read_only_instead_of_fds():
+    """For a launcher that cannot pass fds (the MCP SDK's): the same /etc paths from host files, read-only."""
+    files = {"/etc/passwd": "/tmp/x/passwd", "/etc/group": "/tmp/x/group", "/etc/hostname": "/tmp/x/hostname"}
+    opts = bwrap_part(sandbox_argv(WS, ["srv"], SandboxPolicy(), MERGED_USR, data_files=files))
+    assert "--ro-bind-data" not in opts
+    binds = [pair for pair in pairs(opts, "--ro-bind", 2) if pair[1] in files]
+    assert sorted(binds) == sorted((host, inside) for inside, host in files.items())
+    assert opts.index("--remount-ro") > max(i for i, o in enumerate(opts) if o == "--ro-bind")
+
+
+def test_extra_env_joins_the_minimal_environment_after_clearenv():
+    """An MCP server's `env` from the servers file is set inside, after --clearenv, over the three variables."""
+    opts = bwrap_part(
+        sandbox_argv(WS, ["srv"], SandboxPolicy(), MERGED_USR, data_fds=FDS, extra_env={"TOKEN": "t", "LANG": "C"})
+    )
+    assert opts.index("--clearenv") < opts.index("--setenv")
+    assert dict(pairs(opts, "--setenv", 2)) == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WS, "LANG": "C",
+                                                 "TOKEN": "t"}

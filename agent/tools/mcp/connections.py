@@ -195,8 +195,10 @@ class Servers:
     def __init__(
         self, specs: tuple[ServerSpec, ...], *, call_timeout: float, launch: Launch = stdio_params,
         start_timeout: float = START_TIMEOUT, retry_after: float = 5.0,
+        closed_reason: str = "the worker is shutting down",
     ) -> None:
         self.specs = {s.name: s for s in specs}
+        self.closed_reason = closed_reason
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
         self.retry_after = retry_after
@@ -241,7 +243,7 @@ class Servers:
             if current is not None and current.alive:
                 return current
             if self._closed:
-                raise ToolError(f"MCP server {name!r} is closed (the worker is shutting down)")
+                raise ToolError(f"MCP server {name!r} is closed ({self.closed_reason})")
             if current is not None:
                 await current.close()
             fresh = Session(self.specs[name], self._launch, lambda tools: self.tools.__setitem__(name, tools))
@@ -298,6 +300,8 @@ class Servers:
             self._submit(self._close_all(), timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(1.0)
+        if not self._thread.is_alive():  # its selector's fds too: a run's own servers make a loop per execution
+            self._loop.close()
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(s.close() for s in self._sessions.values()), return_exceptions=True)

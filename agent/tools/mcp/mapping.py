@@ -18,14 +18,14 @@ So a server that says nothing gets the safe reading: an unrepeatable, destructiv
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
 
-from agent.errors import ToolDefinitionError
+from agent.errors import ToolDefinitionError, ToolError
 from agent.tools import IDEMPOTENCY_PARAM, Effect, Tool
 
 ApprovalMode = Literal["none", "destructive", "writes"]
@@ -112,3 +112,65 @@ def baton_tool(server: str, remote: RemoteTool, mode: ApprovalMode, call: Call) 
         approval=needs_approval(remote.annotations, mode),
         server=server,
     )
+
+
+def server_of(name: str, servers: Mapping[str, object]) -> tuple[str, str] | None:
+    """(server, tool) when `name` is `NAME__TOOL` of a configured server, else None."""
+    server, sep, tool = name.partition(SEPARATOR)
+    return (server, tool) if sep and tool and server in servers else None
+
+
+def unavailable_text(server: str, tool: str, error: str | None, listed: bool) -> str:
+    """What a call to a configured server's tool that this worker does not offer answers (an `is_error` result)."""
+    if error is not None:
+        return f"MCP server {server!r} is unavailable: {error}; it is started again for a later call"
+    if listed:
+        return f"MCP server {server!r} does not list a tool {tool!r}"
+    return f"MCP server {server!r} is not connected on this worker; it is started again for a later call"
+
+
+def stand_in(server: str, tool: str, text: str) -> Tool:
+    """The tool a call to `NAME__TOOL` resolves to when its server offers no such tool here (it never started on
+    this worker, or is down, or dropped the tool): it runs nothing and answers `text` as an error.
+
+    Without the server's annotations its effect is MCP's default, an unrepeatable write: a call another worker
+    journaled `committing` is answered with the placeholder, never re-run, and a new call's write-ahead entry costs
+    one write and protects nothing it could repeat.
+    """
+
+    def fn(idempotency_key: str | None = None, **_: Any) -> str:
+        raise ToolError(text)
+
+    fn.__module__ = f"mcp:{server}"
+    return Tool(
+        name=baton_name(server, tool),
+        description=text,
+        input_schema={"type": "object"},
+        effect="write",
+        fn=fn,
+        server=server,
+    )
+
+
+class ToolSet(Mapping[str, Tool]):
+    """The tools a unit offers the model (what iterating, `len` and `values` see), plus a stand-in looked up for
+    `NAME__TOOL` of a configured server that does not offer it here, so its call says why, naming the server,
+    instead of "unknown tool"."""
+
+    def __init__(self, offered: Mapping[str, Tool], missing: Callable[[str], Tool | None]) -> None:
+        self._offered = offered
+        self._missing = missing
+
+    def __getitem__(self, name: str) -> Tool:
+        found = self._offered.get(name)
+        if found is None:
+            found = self._missing(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._offered)
+
+    def __len__(self) -> int:
+        return len(self._offered)
