@@ -17,6 +17,17 @@ from tests.support.web_server import ApiServer
 FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the marks into node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """pyproject runs the suite on pytest-xdist workers with `--dist loadgroup`. Every test not in a named
+    group is put in its file's group, so a file's tests run one after the other on one worker (a module-scoped
+    RabbitMQ node or browser stack starts once, as in a serial run); a named `pytest.mark.xdist_group` keeps
+    tests of different files that share something machine-wide (a uid's processes) off each other."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "redis").start()
