@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import xdist_groups
 from tests.support.fake_anthropic import FakeMessagesServer
 from tests.support.processes import REPO, RedisServer, Worker
 from tests.support.rabbitmq import RabbitMQNode, find_rabbitmq_server
@@ -18,14 +19,12 @@ FAKE_KEY = "sk-ant-test-SECRET-0123456789abcdef"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the marks into node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """pyproject runs the suite on pytest-xdist workers with `--dist loadgroup`. Every test not in a named
-    group is put in its file's group, so a file's tests run one after the other on one worker (a module-scoped
-    RabbitMQ node or browser stack starts once, as in a serial run); a named `pytest.mark.xdist_group` keeps
-    tests of different files that share something machine-wide (a uid's processes) off each other."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in an xdist group (its file's unless it names one); on an xdist worker, the groups in the order
+    they should be handed out (tests/support/xdist_groups.py). A serial run (`-n 0`) keeps pytest's order."""
+    groups = xdist_groups.in_groups(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: its collection order is the order groups go out in
+        items[:] = xdist_groups.ordered(groups)
 
 
 @pytest.fixture
