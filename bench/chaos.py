@@ -245,8 +245,10 @@ class Chaos:
     def start(self) -> None:
         from tasks.demo.embedded_redis import EmbeddedRedis
         from tests.support.fake_anthropic import FakeMessagesServer
+        from tests.support.ports import free_port
 
-        self.store = EmbeddedRedis(self.tmp / "store", aof=True).start()
+        # The store is killed and restarted on its port: one no other test's server is handed meanwhile.
+        self.store = EmbeddedRedis(self.tmp / "store", aof=True, port=free_port()).start()
         self._apply_fsync()
         self.rabbitmq = None
         if self.cfg.broker == "amqp":

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import xdist_groups
 from tests.support.fake_anthropic import FakeMessagesServer
 from tests.support.fake_openai import FakeChatServer
 from tests.support.processes import REPO, RedisServer, Worker
@@ -37,6 +38,15 @@ def provider_env(provider: str, fake_api: FakeMessagesServer) -> dict[str, str]:
     if provider == "openai":
         return {"BATON_PROVIDER": "openai", "OPENAI_BASE_URL": fake_api.url, "OPENAI_API_KEY": FAKE_OPENAI_KEY}
     return {"BATON_PROVIDER": "anthropic", "ANTHROPIC_BASE_URL": fake_api.url}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in an xdist group (its file's unless it names one); on an xdist worker, the groups in the order
+    they should be handed out (tests/support/xdist_groups.py). A serial run (`-n 0`) keeps pytest's order."""
+    groups = xdist_groups.in_groups(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: its collection order is the order groups go out in
+        items[:] = xdist_groups.ordered(groups)
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from tasks.demo.embedded_redis import free_port
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.ports import free_port
 from tests.support.processes import REPO, wait_until
 
 pytestmark = pytest.mark.integration

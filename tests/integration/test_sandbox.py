@@ -30,7 +30,9 @@ from agent.tools.workspace import workspace_tools
 from tests.conftest import FAKE_KEY
 from tests.support.processes import REPO
 
-pytestmark = pytest.mark.integration
+# Both files run commands as the uid nobody and count its processes machine-wide (the fork-bomb limit, "nothing
+# of the run is left"): one xdist worker runs them, one after the other.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("uid-nobody")]
 
 NOBODY = 65534
 

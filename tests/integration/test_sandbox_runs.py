@@ -28,7 +28,9 @@ from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import wait_until
 from tests.unit.test_workspace import _gone
 
-pytestmark = pytest.mark.integration
+# Both files run commands as the uid nobody and count its processes machine-wide (the fork-bomb limit, "nothing
+# of the run is left"): one xdist worker runs them, one after the other.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("uid-nobody")]
 
 SURVIVOR = ["sleep", "3600.25"]
 

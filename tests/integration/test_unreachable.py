@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tasks.demo.embedded_redis import free_port
 from tests.support.fake_anthropic import Script, text
+from tests.support.ports import free_port
 from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration

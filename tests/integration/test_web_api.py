@@ -12,9 +12,9 @@ import sys
 import pytest
 import redis
 
-from tasks.demo.embedded_redis import free_port
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
+from tests.support.ports import free_port
 from tests.support.processes import REPO, wait_until
 from tests.support.web_server import ApiServer
 

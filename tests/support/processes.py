@@ -18,6 +18,7 @@ import pytest
 
 from tasks.demo.embedded_redis import EmbeddedRedis
 from tasks.demo.local_worker import worker_command
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,12 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
 
 
 class RedisServer(EmbeddedRedis):
-    """A private redis-server; `aof=True` for the durability tests (appendfsync everysec)."""
+    """A private redis-server; `aof=True` for the durability tests (appendfsync everysec). Its port comes from
+    tests/support/ports.py, so a restart finds it still free under pytest-xdist."""
+
+    def __init__(self, workdir: Path, *, aof: bool = False, port: int | None = None,
+                 password: str | None = None) -> None:
+        super().__init__(workdir, aof=aof, port=port or free_port(), password=password)
 
     def restart(self, *, kill: bool = True) -> None:
         if kill:

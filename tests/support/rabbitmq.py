@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tasks.demo.embedded_redis import free_port
+from tests.support.ports import free_port
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 

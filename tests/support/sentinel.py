@@ -14,7 +14,8 @@ from pathlib import Path
 
 import redis
 
-from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+from tasks.demo.embedded_redis import EmbeddedRedis, find_redis_server
+from tests.support.ports import free_port
 from tests.support.processes import wait_until
 
 MASTER_NAME = "baton"
@@ -30,8 +31,8 @@ class ReplicatedRedis:
         self.binary = binary
         self.dir = workdir
         self.down_after_ms = down_after_ms
-        self.master = EmbeddedRedis(workdir / "a", aof=True)
-        self.replica = EmbeddedRedis(workdir / "b", aof=True)
+        self.master = EmbeddedRedis(workdir / "a", aof=True, port=free_port())
+        self.replica = EmbeddedRedis(workdir / "b", aof=True, port=free_port())
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from tasks.demo.embedded_redis import free_port
+from tests.support.ports import free_port
 from tests.support.processes import REPO, wait_until
 from tests.support.sse_client import SseStream
 
