@@ -27,6 +27,7 @@ from tests.conftest import FAKE_KEY
 from tests.integration.test_sandbox import NOBODY
 from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call
 from tests.support.mcp_server import key
+from tests.support.ports import free_port
 from tests.support.processes import REPO, wait_until
 
 pytestmark = pytest.mark.integration
@@ -78,16 +79,10 @@ def _kill_servers(r: redis.Redis, *servers: str) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def http_server(stack):
     """The same server over streamable HTTP on a free port (its own process, stopped at teardown)."""
-    port = _free_port()
+    port = free_port()  # this xdist worker's own slice: nobody else's server takes it before ours binds
     env = {**os.environ, "MCP_TEST_REDIS": stack.redis_server.url, "MCP_TEST_NAME": "web", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.mcp_server", "http", str(port)], cwd=REPO, env=env,
@@ -309,6 +304,8 @@ def sandboxed_workspace() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+# Its server runs as the uid nobody, whose processes test_sandbox.py's fork bomb counts machine-wide: never beside it.
+@pytest.mark.xdist_group("uid-nobody")
 def test_a_coding_runs_stdio_server_runs_in_its_sandbox(stack, sandboxed_workspace: Path):
     """A coding run's stdio server starts inside the run's sandbox: its cwd the workspace, its environment the
     sandbox's minimal one plus the file's `env`; it cannot read the worker's key (its environment, /proc of the
