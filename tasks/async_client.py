@@ -30,7 +30,7 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
-from tasks.client_core import Busy, Kind, NotFound, OnBusy, ValidationError
+from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
@@ -212,7 +212,7 @@ class AsyncClient:
         owner = keys.owner("chat", core.check_id(chat_id, "chat_id"))
         rec = await self._record(owner, core.check_id(turn_id, "turn_id"))
         if rec is None:
-            raise NotFound(f"no turn {turn_id} in chat {chat_id}")
+            raise core.no_turn(chat_id, turn_id)
         return turn_result(rec)
 
     @_reaching
@@ -391,5 +391,5 @@ class AsyncClient:
         """The run's status now."""
         rec = await self._record(keys.owner("run", core.check_id(run_id, "run_id")), run_id)
         if rec is None:
-            raise NotFound(f"no run {run_id}")
+            raise core.no_run(run_id)
         return run_status(rec)

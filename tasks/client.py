@@ -143,7 +143,7 @@ class Client:
         owner = keys.owner("chat", core.check_id(chat_id, "chat_id"))
         rec = load_record(self.redis, owner, core.check_id(turn_id, "turn_id"))
         if rec is None:
-            raise NotFound(f"no turn {turn_id} in chat {chat_id}")
+            raise core.no_turn(chat_id, turn_id)
         return turn_result(rec)
 
     @_reaching
@@ -309,6 +309,6 @@ class Client:
         """The run's status now."""
         rec = load_record(self.redis, keys.owner("run", core.check_id(run_id, "run_id")), run_id)
         if rec is None:
-            raise NotFound(f"no run {run_id}")
+            raise core.no_run(run_id)
         return run_status(rec)
 

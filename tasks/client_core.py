@@ -61,6 +61,22 @@ class Busy(RuntimeError):
         super().__init__(f"chat {chat_id} is busy with turn {turn_id}; nothing was enqueued")
 
 
+# The words of an unknown id, in one place: the clients raise them, and the HTTP API answers a chat or run its
+# `authorize` refuses with exactly the same 404 (web/access.py), so a refused id reads as an unknown one.
+
+
+def no_turn(chat_id: str, turn_id: str) -> NotFound:
+    return NotFound(f"no turn {turn_id} in chat {chat_id}")
+
+
+def no_run(run_id: str) -> NotFound:
+    return NotFound(f"no run {run_id}")
+
+
+def no_waiting_call(ident: str, tool_use_id: str) -> NotFound:
+    return NotFound(f"no call {tool_use_id} waits for approval in {ident}")
+
+
 # -- checks ------------------------------------------------------------------------------------------
 
 
@@ -161,9 +177,14 @@ def new_turn(chat_id: str, text_: str, now: float) -> NewTurn:
     return NewTurn(rec, rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now))
 
 
+def new_run_id() -> str:
+    """A fresh run id (what `start_run` draws when given none; the HTTP API draws it first, to authorize it)."""
+    return f"run-{uuid.uuid4().hex[:16]}"
+
+
 def new_run(goal: str, workspace: str, run_id: str | None, now: float) -> UnitRecord:
     """A new run's record (`run_id` drawn when None); `workspace` is the resolved directory."""
-    run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+    run_id = run_id or new_run_id()
     return UnitRecord(
         kind="run",
         owner_id=keys.owner("run", run_id),
@@ -274,7 +295,7 @@ def parked_for_approval(rec: UnitRecord) -> bool:
 def decision_answer(ident: str, tool_use_id: str, done: Decided | None) -> dict[str, Any]:
     """`{"id", "tool_use_id", "decision"}` (and `already_decided`), or `NotFound` when no such call waits."""
     if done is None or done.outcome in ("unknown", "not_waiting"):
-        raise NotFound(f"no call {tool_use_id} waits for approval in {ident}")
+        raise no_waiting_call(ident, tool_use_id)
     out: dict[str, Any] = {"id": ident, "tool_use_id": tool_use_id, "decision": done.decision}
     if done.outcome == "already":
         out["already_decided"] = True

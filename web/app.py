@@ -4,7 +4,7 @@ from fastapi import FastAPI
 from web.app import create_app
 
 app = FastAPI()
-app.mount("/baton", create_app())
+app.mount("/baton", create_app(authorize=my_rule))   # optional: who may see which chat or run
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
 from tasks.client import AsyncClient
-from web import errors, routes_approvals, routes_chats, routes_runs, routes_uichat
+from web import access, errors, routes_approvals, routes_chats, routes_runs, routes_uichat
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
 
@@ -34,9 +34,20 @@ HEALTH_TIMEOUT = 2.0
 log = logging.getLogger("baton.web")
 
 
-def create_app(settings: Settings | None = None, client: AsyncClient | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    client: AsyncClient | None = None,
+    *,
+    authorize: access.Authorize | None = None,
+    user: access.User | None = None,
+) -> FastAPI:
     """The HTTP API and the chat page. Pass `settings`/`client` to share yours; by default both come
     from the environment. A client passed in stays yours to close; one made here is closed at shutdown.
+
+    `authorize(request, kind, id) -> bool` (sync or async; `kind` "chat" or "run") is asked for every request
+    that names a chat or run, after the token check; anything but True answers the 404 an unknown id gets
+    (web/access.py). `user(request) -> str | None` names who decides approvals made through the API (the
+    body's `by` is then not asked). A plain function is called in the threadpool, an `async def` on the loop.
 
     Endpoints await the `AsyncClient` on the server's loop (no threadpool); its store pool, as large as
     `BATON_API_REDIS_CONNECTIONS`, also serves the streams (a blocked XREAD holds one connection).
@@ -60,16 +71,20 @@ def create_app(settings: Settings | None = None, client: AsyncClient | None = No
     app.state.settings = settings
     app.state.client = client
     app.state.stream_redis = client.redis
+    app.state.authorize = authorize
+    app.state.user = user
     errors.install(app)
 
+    # In this order: FastAPI solves a route's dependencies in order, and a refusal must not answer before the token.
+    api = [Depends(require_token), Depends(access.authorized)]
     for router in (routes_chats.router, routes_runs.router, routes_approvals.router, routes_uichat.router):
-        app.include_router(router, dependencies=[Depends(require_token)])
+        app.include_router(router, dependencies=api)
     # Last: any other /api path is a 404, but only for a caller with the token (the rule covers every /api request).
     app.add_api_route(
         "/api/{rest:path}",
         no_such_path,
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-        dependencies=[Depends(require_token)],
+        dependencies=api,
         include_in_schema=False,
     )
     app.add_api_route("/healthz", healthz, methods=["GET"])

@@ -11,9 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
+from tasks import client_core as core
 from tasks.client import AsyncClient
 from tasks.store import keys
-from web import deps
+from web import access, deps
 from web.bodies import RunIn
 from web.ids import check_id
 from web.stream import stream_response
@@ -22,9 +23,12 @@ router = APIRouter(prefix="/api/runs")
 
 
 @router.post("", status_code=202)
-async def start_run(body: RunIn, client: deps.ClientDep) -> dict[str, Any]:
-    """Start a run in `workspace` (a directory on the workers' machine); `{"run_id", "task_id"}`."""
-    run_id = check_id(body.run_id, "run_id") if body.run_id is not None else None
+async def start_run(body: RunIn, request: Request, client: deps.ClientDep) -> dict[str, Any]:
+    """Start a run in `workspace` (a directory on the workers' machine); `{"run_id", "task_id"}`. The new run's
+    id (the body's, or one drawn here) is authorized before anything is written, so an app can refuse it or
+    note whose it is."""
+    run_id = check_id(body.run_id, "run_id") if body.run_id is not None else core.new_run_id()
+    await access.authorize_or_hide(request, "run", run_id, core.no_run(run_id))
     ref = await client.start_run(body.goal, body.workspace, run_id=run_id)
     return {"run_id": ref.run_id, "task_id": ref.task_id}
 

@@ -36,7 +36,7 @@ from tasks.store import keys
 from tasks.store.reads import parse_transcript
 from tasks.store.records import TurnRef, UnitRecord
 from tasks.store.tail import BLOCK_MS, START, entries_of, tail
-from web import deps
+from web import access, deps
 from web.ids import check_id
 from web.stream import NO_BUFFERING, SEND_TIMEOUT, parse_stream_id
 from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked, step_so_far
@@ -53,11 +53,12 @@ PARK_WAIT = 3600.0  # one `wait` for the turn to park; it is simply waited again
 
 
 async def named_chat(request: Request, raw: str) -> str:
-    """The one door every route here takes from a caller's chat id to a chat it may use: a valid id, and
-    (where `create_app(authorize=...)` is given) one the caller is authorized for, else the same 404 as an
-    unknown id."""
-    del request  # the authorize hook reads it
-    return check_id(raw, "id")
+    """`POST /api/chat`'s door from the body's chat id to a chat the caller may use: a valid id, and (where
+    `create_app(authorize=...)` is given) one the caller is authorized for, else the 404 a refused chat gets on
+    every route. (The stream route names its chat in its path: the routers' `access.authorized` asks for it.)"""
+    chat_id = check_id(raw, "id")
+    await access.authorize_or_hide(request, "chat", chat_id, NotFound(f"no chat {chat_id}"))
+    return chat_id
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,6 @@ async def chat(body: ChatIn, request: Request, client: deps.ClientDep) -> Respon
 async def resume(chat_id: str, request: Request, client: deps.ClientDep) -> Response:
     """The chat's unfinished turn (queued, running or waiting for an approval) from its start, as UI message
     chunks; with `Last-Event-ID`, what came after that id. 204 when no turn is unfinished."""
-    chat_id = await named_chat(request, chat_id)
     seen = request.headers.get("last-event-id")
     try:
         quiet = parse_stream_id(seen.strip()) if seen and seen.strip() else None

@@ -20,6 +20,17 @@ class CancelToken:
         self._lock = threading.Lock()
         self._reason: CancelReason | None = None
         self._callbacks: list[Callable[[], None]] = []
+        self._look: Callable[[], None] | None = None
+
+    def look_with(self, look: Callable[[], None]) -> None:
+        """What `look()` asks: the edge's read of its stop and drain flags (which cancels this token if set)."""
+        self._look = look
+
+    def look(self) -> None:
+        """Ask the flags now instead of at the watcher's next poll (the loop does, after a round of tools: a stop
+        that came while a tool ran would otherwise miss the next model step, as fast as a step is)."""
+        if self._look is not None and not self._event.is_set():
+            self._look()
 
     @property
     def reason(self) -> CancelReason | None:

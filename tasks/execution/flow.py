@@ -164,6 +164,7 @@ class Execution(Settling):
         try:
             watcher.seen(stop=loaded.stop, draining=loaded.draining)  # what its first poll would have read
             watcher.start(poll=False)
+            self.cancel.look_with(watcher.look_now)
             return self._execute(rec, loaded)
         except LeaseLost:
             log.warning("lease lost for %s; a newer execution owns it, stopping without writing", unit.owner_id)

@@ -122,6 +122,14 @@ class Watcher:
         """The light poll between renewals: only the stop and drain flags, in one round trip."""
         beat(self._client, [self], renewing=[])
 
+    def look_now(self) -> None:
+        """`look_once` for the loop, between a round of tools and the next model step (CancelToken.look): the
+        poller is the backstop, so a store that does not answer here is logged, not raised."""
+        try:
+            self.look_once()
+        except redis.RedisError as err:
+            log.warning("watcher: the stop and drain flags could not be read between steps: %s", type(err).__name__)
+
     def tick(self) -> None:
         """One beat: a full poll when the lease is due for renewal, else the light look."""
         beat(self._client, [self])

@@ -98,6 +98,47 @@ def test_stop_on_a_slow_answer_says_stopped_by_user(served, page, shoot):
     shoot(page, "2-stop-after")
 
 
+def test_sending_while_an_answer_streams_interrupts_it(served, page, shoot):
+    """While an answer is half-written (held open), the send button reads "Interrupt and send"; a message sent
+    then goes with on_busy=interrupt: the half-written turn ends with the calm note `Interrupted by a new
+    message.`, the new message is answered, and nothing is shown twice."""
+    chat, message = "page-interrupt", "page-interrupt: tell me a long story"
+    gate = Gate()  # never opened: the first answer stays half-written until the interrupt
+    first = "Once upon a time there was a story that never got to its end"
+    served.router.add(message, [held(text(first), gate)])
+    # The fake routes by the request's first user text: the interrupted turn left no answer, so the new turn's
+    # request opens with both messages, as the history stood.
+    served.router.add(f"{message}\njust the short version", [text("Here is the short version instead.")])
+
+    open_chat(page, served, chat)
+    send_button = page.get_by_test_id("send-button")
+    expect(send_button).to_have_text("Send", timeout=WAIT_MS)
+    send(page, message)
+    expect(live_text(page)).to_contain_text("Once upon", timeout=WAIT_MS)
+    expect(send_button).to_have_text("Interrupt and send")
+    expect(send_button).to_have_attribute("title", "Stops the answer being written and sends this message instead")
+    page.get_by_test_id("composer-input").fill("just the short version")
+    shoot(page, "6-interrupt-before")
+    with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/messages")) as sent:
+        page.get_by_test_id("composer-input").press("Enter")
+    assert sent.value.post_data_json == {"text": "just the short version", "on_busy": "interrupt"}
+
+    note = page.locator('[data-testid="notice"]')
+    expect(note).to_have_text(["Interrupted by a new message."], timeout=WAIT_MS)
+    expect(final_text(page).last).to_have_text("Here is the short version instead.", timeout=WAIT_MS)
+    expect(live_text(page)).to_have_count(0)
+    expect(send_button).to_have_text("Send")
+    stopped = page.locator('[data-testid="timeline-event"][data-type="turn.stopped"]')
+    expect(stopped).to_have_count(1)
+    expect(stopped).to_contain_text("Interrupted by a new message")
+    expect(page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')).to_have_count(1)
+    expect(page.get_by_test_id("user-text")).to_have_text([message, "just the short version"])
+    shown = page.get_by_test_id("messages").inner_text()
+    assert shown.count("Here is the short version instead.") == 1 and shown.count("Once upon") <= 1, shown
+    assert assistant_texts(served, chat)[-1] == "Here is the short version instead."
+    shoot(page, "6-interrupt-after")
+
+
 def test_reloading_mid_answer_continues_without_doubled_text(served, page, shoot):
     """Reload while the answer is half-written: the reloaded page shows the same partial text once (not
     twice), then the rest as it streams, and ends with exactly the transcript's text."""

@@ -4,21 +4,25 @@ SDK against the fake Messages API (which enforces tool_use/tool_result pairing),
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
 
 from agent.messages import INTERRUPTED_NOTICE, INTERRUPTED_RESULT
-from tasks.client import Busy
+from tasks.client import Busy, NotFound
 from tasks.store import keys
+from tests.conftest import Stack
 from tests.integration.test_stops import _assert_paired_placeholder, _redis, _wait_tool_started, _worker
 from tests.support import counting_tools
-from tests.support.fake_anthropic import Script, text, tool_call
-from tests.support.processes import REPO
+from tests.support.fake_anthropic import ByConversation, FakeMessagesServer, Reply, Script, text, tool_call
+from tests.support.processes import REPO, RedisServer, Worker
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +126,191 @@ def test_reject_refuses_a_busy_chat_in_the_client_the_cli_and_the_api(stack, ser
     r.rpush(counting_tools.RELEASE_KEY, "go")
     assert client.wait(first, timeout=30).status == "completed"
     assert client.wait(client.send_message("j1", "fifth", on_busy="reject"), timeout=30).status == "completed"
+
+
+# -- races through real workers, on one stack shared by the cases below (each on its own chats) ----------------
+
+
+def _last_user_text(body: dict) -> str:
+    """The text of the request's last user message that has any (a tool-result message has none)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            found = "\n".join(b.get("text", "") for b in _blocks(message) if b.get("type") == "text")
+            if found:
+                return found
+    return ""
+
+
+def _blocks(message: dict) -> list[dict]:
+    content = message.get("content")
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+
+
+class Races:
+    """A redis-server, the fake API (each request routed by its last user text, so a turn's replies do not depend
+    on how far the turn before it got), and a worker that a case may drain; `worker()` starts one if none lives."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.routes = ByConversation({}, key=self._key)
+        stack.fake_api.set_handler(self.routes)
+        self.r = _redis(stack)
+        self.client = stack.client()
+        self.current: Worker | None = None
+
+    def _key(self, body: dict) -> str:
+        last = _last_user_text(body)
+        return max((k for k in self.routes.scripts if k in last), key=len, default="")
+
+    def route(self, message: str, *replies: Reply) -> None:
+        self.routes.scripts[message] = Script(replies)
+
+    def worker(self, name: str = "w1") -> Worker:
+        if self.current is None or not self.current.alive:
+            self.current = _worker(self.stack, name)
+        return self.current
+
+    def runs(self, tool: str, note: str) -> int:
+        """How many times `tool` ran with `note` (counting_tools logs every call, across processes)."""
+        return sum(1 for c in self.r.lrange(counting_tools.CALLS_KEY, 0, -1) if c.decode() == f"{tool}:{note}")
+
+
+@pytest.fixture(scope="module")
+def races(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Races]:
+    tmp = tmp_path_factory.mktemp("races")
+    server = RedisServer(tmp / "redis").start()
+    fake = FakeMessagesServer().start()
+    stack = Stack(server, fake, tmp)
+    try:
+        yield Races(stack)
+    finally:
+        stack.stop()
+        fake.stop()
+        server.stop()
+
+
+def _settled_as_one(races: Races, chat: str, first, second, *, first_answer: str, second_answer: str) -> str:
+    """The invariants every race ends with: the first turn completed or stopped (by the interrupt, with its
+    notice), the new turn completed with its answer, no turn left unfinished, both user messages in the transcript
+    once, in order. Returns how the first turn ended."""
+    client = races.client
+    ended = client.wait(first, timeout=30)
+    result = client.wait(second, timeout=30)
+    assert (result.status, result.reply) == ("completed", second_answer), result
+    assert ended.status in ("completed", "stopped"), ended
+    transcript = client.transcript(chat)
+    users = [m.text for m in transcript if m.role == "user" and m.text]
+    assert users == [f"{chat} first", f"{chat} second"], users
+    notices = [m.text for m in transcript if m.role == "notice"]
+    assistant = [m.text for m in transcript if m.role == "assistant" and m.text]
+    if ended.status == "stopped":
+        assert notices == [INTERRUPTED_NOTICE] and assistant == [second_answer], (notices, assistant)
+    else:
+        assert notices == [] and assistant == [first_answer, second_answer], (notices, assistant)
+    types = [e.type for e in client.events(chat)]
+    assert types.count("turn.started") == 2 or ended.status == "stopped", types  # a stopped turn may not start
+    assert types.count("turn.completed") + types.count("turn.stopped") == 2, types
+    assert not races.r.llen(keys.queue(f"chat:{chat}")), "a turn is still queued"
+    return ended.status
+
+
+def _next_event(r: redis.Redis, owner: str, turn_id: str, kind: str, timeout: float = 30) -> None:
+    """Block on the chat's events stream until `turn_id`'s first event of type `kind`."""
+    deadline, last = time.monotonic() + timeout, "0-0"
+    while time.monotonic() < deadline:
+        for _key, entries in r.xread({keys.events(owner): last}, block=1000) or []:
+            for entry_id, fields in entries:
+                last = entry_id
+                body = json.loads(fields[b"e"])
+                if body["type"] == kind and body.get("turn_id") == turn_id:
+                    return
+    raise AssertionError(f"no {kind} of {turn_id}")
+
+
+# Where in the first turn's end the interrupt is sent: after its write's `tool.result` (the last model step and
+# the settle follow within milliseconds) at offsets across that window, and with the worker frozen (SIGSTOP) at
+# that event or at the final answer's first text delta, so the interrupt lands squarely before the settle.
+SETTLE_POINTS = [
+    ("tool.result", "frozen"), ("tool.result", 0), ("tool.result", 2), ("tool.result", 5), ("tool.result", 10),
+    ("tool.result", 20), ("tool.result", 40), ("text.delta", "frozen"), ("text.delta", 0),
+]
+
+
+def test_an_interrupt_as_the_running_turn_settles_leaves_one_turn_the_new_one(races):
+    """The interrupt sent as the first turn finishes (its write done, its last model step and settle under way):
+    whichever way each race goes, the first turn ends completed (its answer kept) or stopped (its notice), the
+    new turn completes, the write ran once, and the fake API (which rejects unpaired tool calls) accepted every
+    request. Prints where each point landed."""
+    worker = races.worker()
+    landed = []
+    for i, (event, offset) in enumerate(SETTLE_POINTS):
+        chat = f"settle-{i}"
+        races.route(f"{chat} first", tool_call("record_note", {"note": chat}), text("the first answer"))
+        races.route(f"{chat} second", text("the second answer"))
+        first = races.client.send_message(chat, f"{chat} first")
+        _next_event(races.r, f"chat:{chat}", first.turn_id, event)
+        assert worker.proc is not None
+        if offset == "frozen":
+            os.killpg(worker.proc.pid, signal.SIGSTOP)
+        else:
+            time.sleep(offset / 1000)  # a position in the race window, not a wait for something
+        try:
+            second = races.client.send_message(chat, f"{chat} second", on_busy="interrupt")
+        finally:
+            if offset == "frozen":
+                os.killpg(worker.proc.pid, signal.SIGCONT)
+        ended = _settled_as_one(
+            races, chat, first, second, first_answer="the first answer", second_answer="the second answer"
+        )
+        assert races.runs("record_note", chat) == 1
+        landed.append(f"{event}+{offset}: {ended}")
+    print("interrupt at the settle:", "; ".join(landed))
+    assert not races.stack.fake_api.rejections, races.stack.fake_api.rejections
+
+
+def test_an_interrupt_while_parked_for_approval_stops_it_and_the_call_never_runs(races):
+    """A turn parked on an approval holds no worker; the interrupt wakes it to stop: the call waiting for approval
+    is answered with the placeholder and never runs, the new turn completes, and the call can no longer be approved."""
+    races.worker()
+    chat = "parked-1"
+    races.route(f"{chat} first", tool_call("deploy", {"env": chat}, id="toolu_parked"))
+    races.route(f"{chat} second", text("not deploying, then"))
+    first = races.client.send_message(chat, f"{chat} first")
+    parked = races.client.wait(first, timeout=30)
+    assert (parked.status, parked.waiting_reason) == ("waiting", "approval"), parked
+    second = races.client.send_message(chat, f"{chat} second", on_busy="interrupt")
+    ended = _settled_as_one(races, chat, first, second, first_answer="", second_answer="not deploying, then")
+    assert ended == "stopped"
+    assert races.runs("deploy", chat) == 0
+    request = next(b for b in reversed(races.stack.fake_api.requests) if f"{chat} second" in json.dumps(b))
+    _assert_paired_placeholder(request, "toolu_parked")
+    with pytest.raises(NotFound):
+        races.client.approve(chat, "toolu_parked")
+    assert races.runs("deploy", chat) == 0
+
+
+def test_an_interrupt_during_a_drain_ends_on_the_next_worker_with_the_write_run_once(races):
+    """SIGTERM the worker while the turn is inside a write, interrupt, let the write finish inside its drain grace:
+    the draining worker exits, a second worker finishes: the first turn stopped with the interrupt's notice (not
+    completed: the stop is read between the write and the next model step, not left to the next 0.5 s poll), the
+    write ran once and its call has one answer (its result, or the placeholder when the stop was read first), and
+    the new turn completed on that history."""
+    races.r.delete(counting_tools.STARTED_KEY, counting_tools.RELEASE_KEY)
+    draining = races.worker()
+    chat = "drain-1"
+    races.route(f"{chat} first", tool_call("blocking_write", {"note": chat}, id="toolu_drained"), text("unreached"))
+    races.route(f"{chat} second", text("the answer after the drain"))
+    first = races.client.send_message(chat, f"{chat} first")
+    _wait_tool_started(races.r)
+    draining.terminate()
+    second = races.client.send_message(chat, f"{chat} second", on_busy="interrupt")
+    races.r.rpush(counting_tools.RELEASE_KEY, "go")  # the write finishes inside its drain grace
+    assert draining.wait_exit(timeout=30) == 0
+    races.worker("w2")
+    ended = _settled_as_one(
+        races, chat, first, second, first_answer="unreached", second_answer="the answer after the drain"
+    )
+    assert ended == "stopped", "\n".join(f"{e.type} {e.model_extra}" for e in races.client.events(chat))
+    assert races.runs("blocking_write", chat) == 1
+    results = [b for m in races.client.transcript(chat) for b in m.tool_results if b.tool_use_id == "toolu_drained"]
+    assert len(results) == 1, results

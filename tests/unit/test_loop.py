@@ -314,6 +314,26 @@ def test_cancel_while_a_tool_blocks_closes_the_round(kit):
     assert len(kit.provider.requests) == 1
 
 
+def test_a_stop_flagged_while_the_tools_ran_is_read_before_the_next_model_step(kit):
+    """The watcher polls every 0.5 s; a write that finishes and a fast model step fit between two polls. So after a
+    round of tools the loop asks the flags itself (`CancelToken.look`): a stop set meanwhile ends the turn there,
+    the write's result kept, with no second model call."""
+    cancel = CancelToken()
+    looks: list[int] = []
+
+    def look() -> None:
+        looks.append(kit.calls["note"])
+        cancel.cancel("stop")  # what the watcher's read does when the stop key names the unit
+
+    cancel.look_with(look)
+    with pytest.raises(Cancelled) as info:
+        kit.run([reply_tool("note", {"text": "x"}, call_id="c1"), reply_text("never")], cancel=cancel)
+    assert info.value.reason == "stop"
+    assert looks == [1]  # once, after the write ran
+    assert kit.calls == {"note": 1} and len(kit.provider.requests) == 1
+    assert kit.state.messages[-1].content == (ToolResultBlock(tool_use_id="c1", content="noted x"),)
+
+
 def test_tool_calls_one_after_another_reuse_one_thread_off_the_loop():
     """Each call runs off the loop's thread (a stop can abandon it), on a thread kept for the next call rather than
     started per call: starting one cost a tenth of a millisecond per tool call."""

@@ -225,10 +225,12 @@ function showError(message) {
 
 async function send(text) {
   const button = byId("send-button");
+  // What the button said when it was pressed: "Interrupt and send" while a turn is under way (view.js).
+  const body = button.dataset.onBusy === "interrupt" ? { text, on_busy: "interrupt" } : { text };
   button.disabled = true;
   showError("");
   try {
-    const turn = await api("POST", `${base}/messages`, { text });
+    const turn = await api("POST", `${base}/messages`, body);
     state.addPending(turn.turn_id, text);
     byId("composer-input").value = "";
     render();

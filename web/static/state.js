@@ -78,6 +78,12 @@ export class PageState {
     return this.runId ? this.turns.get(this.runId) || null : this.latestTurn();
   }
 
+  /** True while the current turn is queued, running or waiting: a message sent now interrupts it. */
+  busy() {
+    const turn = this.currentTurn();
+    return Boolean(turn && ACTIVE.has(turn.status));
+  }
+
   setTranscript(messages, asOf) {
     this.transcript = messages;
     this.transcriptAsOf = asOf;

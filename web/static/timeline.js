@@ -27,6 +27,7 @@ export function labelOf(type, ev) {
   }
   if (type === "run.step") return ev.kind === "tool" ? "Tool step" : ev.kind === "model" ? "Model step" : "Step";
   if (type === "turn.queued" && ev.retry) return "Queued again (retry)";
+  if (type === "turn.stopped" && ev.reason === "interrupt") return "Interrupted by a new message";
   return LABELS[type] || type;
 }
 

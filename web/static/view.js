@@ -210,6 +210,12 @@ export class ChatView {
     stop.textContent = stopping ? "Stopping…" : "Stop";
     byId("working").hidden = !active;
     if (active) byId("working").querySelector(".working-label").textContent = turn ? workingLabel(turn) : "Working…";
+    // A message sent while a turn is under way interrupts it (as chat products do), and the button says so.
+    const send = byId("send-button");
+    const interrupts = !this.isRun && s.busy();
+    send.textContent = interrupts ? "Interrupt and send" : "Send";
+    send.title = interrupts ? "Stops the answer being written and sends this message instead" : "";
+    send.dataset.onBusy = interrupts ? "interrupt" : "enqueue";
   }
 
   renderRun() {
