@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 // The README's app/api/chat/[[...path]]/route.ts, but for the types:
 const pass = (req) => fetch(process.env.BATON_URL + new URL(req.url).pathname, { method: req.method,
   headers: { 'content-type': 'application/json', authorization: `Bearer ${process.env.BATON_API_TOKEN}` },
-  body: req.method === 'POST' ? req.body : undefined, duplex: 'half' });
+  body: req.method === 'POST' ? req.body : undefined, duplex: 'half', cache: 'no-store' });
 
 const { values } = parseArgs({ options: { host: { type: 'string' }, port: { type: 'string' } } });
 
