@@ -25,11 +25,11 @@ PACE = 0.01  # seconds between provider events: 100 tokens/s
 WORD = "tok "  # one token of text
 
 
-def _answer() -> Reply:
+def long_answer() -> Reply:
     return Reply([{"type": "text", "text": WORD * TOKENS}], parts=TOKENS, pace=PACE)
 
 
-def _latencies(sent: list[tuple[float, str]], arrived: list[tuple[float, str]]) -> list[float]:
+def event_latencies(sent: list[tuple[float, str]], arrived: list[tuple[float, str]]) -> list[float]:
     """Per provider event: arrival of the SSE delta holding its last character minus the time it was sent."""
     out: list[float] = []
     ends: list[tuple[int, float]] = []  # (cumulative chars through this SSE delta, its arrival time)
@@ -48,7 +48,7 @@ def _latencies(sent: list[tuple[float, str]], arrived: list[tuple[float, str]]) 
     return out
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
@@ -57,7 +57,7 @@ def main(turns: int = TURNS, provider: str = "anthropic") -> list[Row]:
     before: list[int] = []
     after: list[int] = []
     deltas_per_turn: list[int] = []
-    with Stack("live", handler=Script([_answer() for _ in range(turns)]), provider=provider) as stack:
+    with Stack("live", handler=Script([long_answer() for _ in range(turns)]), provider=provider) as stack:
         stack.worker("w1", BATON_LIVE_TEXT_RETENTION="1")
         server = ApiServer(stack.env, stack.tmp).start()
         try:
@@ -79,7 +79,7 @@ def main(turns: int = TURNS, provider: str = "anthropic") -> list[Row]:
                 stream.close()
                 if message.event != "turn.completed":
                     raise RuntimeError(f"turn {i} ended {message.event}")
-                latencies += _latencies(list(stack.fake.text_sent), arrived)
+                latencies += event_latencies(list(stack.fake.text_sent), arrived)
                 deltas_per_turn.append(len(arrived))
                 key = keys.events(keys.owner("chat", chat))
                 before.append(int(r.memory_usage(key) or 0))
@@ -87,7 +87,7 @@ def main(turns: int = TURNS, provider: str = "anthropic") -> list[Row]:
                 after.append(int(r.memory_usage(key) or 0))
         finally:
             server.stop()
-    p50, p99 = _percentile(latencies, 50) * 1000, _percentile(latencies, 99) * 1000
+    p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
     mem_before, mem_after = statistics.median(before) / 1024, statistics.median(after) / 1024
     print(
         f"  {len(latencies)} provider text events over {turns} answers; {fmt(statistics.median(deltas_per_turn))} "

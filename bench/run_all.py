@@ -35,6 +35,7 @@ SCRIPTS = [
     "sandbox",
     "web_streams",
     "live_text",
+    "usechat_stream",
     "growth",
     "prompt_cache",
     "concurrency",

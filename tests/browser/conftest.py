@@ -76,8 +76,9 @@ WORKER_ENV = {
 
 
 @contextlib.contextmanager
-def running_stack(tmp: Path) -> Iterator[Served]:
-    """redis-server, the holding fake API, one worker (`w1`) and `baton serve`; all stopped on exit."""
+def running_stack(tmp: Path, **api_env: str) -> Iterator[Served]:
+    """redis-server, the holding fake API, one worker (`w1`) and `baton serve` (with `api_env` besides the
+    stack's env); all stopped on exit."""
     router = Router()
     redis_server = RedisServer(tmp / "redis").start()
     fake_api = HoldingMessagesServer(router).start()
@@ -85,7 +86,7 @@ def running_stack(tmp: Path) -> Iterator[Served]:
     api = None
     try:
         stack.worker("w1", **WORKER_ENV)
-        api = ApiServer(stack.env, tmp).start()
+        api = ApiServer({**stack.env, **api_env}, tmp).start()
         s = Served(stack, router, api)
         yield s
         s.client.close()

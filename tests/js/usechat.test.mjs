@@ -258,3 +258,23 @@ describe('useChat against baton serve', { concurrency: true }, () => {
     await assert.rejects(bare.reconnectToStream({ chatId: `${RUN}-nobody` }), e => e.statusCode === 401);
   });
 });
+
+// After every case above (describes run one after another): the worker SIGTERMed here is then busy only with
+// this turn. test_usechat.py drains it once the turn's first words are in the stream, while this request is
+// open; the other worker replays the step and answers.
+describe('a drain while the client is connected', () => {
+  test('a second worker takes over mid-answer: the transcript, the cut attempt reset, nothing doubled', async () => {
+    const id = `${RUN}-drain`;
+    const seen = [];
+    const { message, chunks, errors } = await assemble(await send(transport(), id, [userMessage(id)]), {
+      onMessage: m => seen.push(textOf(m)),
+    });
+    assert.deepEqual(errors, []);
+    assert.equal(chunks.at(-1).finishReason, 'stop');
+    assert.ok(seen.some(t => t.startsWith('SENTINEL')), 'the cut attempt streamed before the drain');
+    assert.equal(textOf(message), 'The one reply, from the worker that took over.');
+    assert.equal(chunks.filter(c => c.type === 'reset-step').length, 1, 'the cut attempt reset once');
+    assert.deepEqual(partsOf(message), expectedParts(await transcript(id)));
+    assert.equal(message.parts.filter(p => p.type === 'step-start').length, 1, 'one step: the replayed one');
+  });
+});
