@@ -79,11 +79,14 @@ def test_every_api_route_that_names_a_chat_or_run_asks_authorize_before_anything
             continue
         for method in ops:
             asked.clear()
-            body = b'{"goal": "g", "workspace": "/tmp", "run_id": "r-new"}' if template == "/api/runs" else b"{}"
+            body = {
+                "/api/runs": b'{"goal": "g", "workspace": "/tmp", "run_id": "r-new"}',
+                "/api/chat": b'{"id": "c-them", "messages": [], "trigger": "submit-message"}',  # its chat: in the body
+            }.get(template, b"{}")
             status, answer = asyncio.run(_call(app, method.upper(), template.format(**ids), body))
             kind = "run" if "{run_id}" in template or template == "/api/runs" else "chat"
             ident = "r-new" if template == "/api/runs" else ids[f"{kind}_id"]
             assert asked == [(kind, ident)], (method, template, asked)
             assert status == 404, (method, template, status, answer)
             covered += 1
-    assert covered == 14, covered  # 6 chat routes, 6 run routes (POST /api/runs included), 2 approvals
+    assert covered == 16, covered  # 6 chat routes, 6 run routes (POST /api/runs included), 2 approvals, 2 useChat
