@@ -35,6 +35,7 @@ from tests.support.processes import REPO
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("uid-nobody")]
 
 NOBODY = 65534
+BOMB_UID = 64_999  # no user's: the fork bomb's own, so nothing else counts against its process limit
 
 
 @pytest.fixture
@@ -50,11 +51,16 @@ SANDBOX = SandboxPolicy()
 @pytest.fixture
 def nobody_ws() -> Iterator[Path]:
     """A workspace owned by `nobody` on a path it can traverse (pytest's tmp dirs are root-only)."""
-    root = Path(tempfile.mkdtemp(prefix="baton-sandbox-nobody-"))
-    root.chmod(0o755)
-    os.chown(root, NOBODY, NOBODY)
+    root = _workspace_of(NOBODY)
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _workspace_of(uid: int) -> Path:
+    root = Path(tempfile.mkdtemp(prefix=f"baton-sandbox-{uid}-"))
+    root.chmod(0o755)
+    os.chown(root, uid, uid)
+    return root
 
 
 def run(ws: Path, command: str, policy: SandboxPolicy | None = SANDBOX, **kw) -> ToolOutcome:
@@ -176,20 +182,22 @@ def _count_uid(uid: int) -> int:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="run_as needs a root worker; a non-root worker is limited as itself")
-def test_a_fork_bomb_is_stopped_by_the_process_limit(nobody_ws: Path):
+def test_a_fork_bomb_is_stopped_by_the_process_limit():
     """A fork bomb that keeps its sandbox alive for 2 s: as an unprivileged uid (run_as; the kernel never
     limits root's processes) it never gets past the process limit, it is told so (`Cannot fork`), the call
     returns, and afterwards the worker side still forks fine and nothing of the bomb is left."""
-    ws = nobody_ws
-    assert _count_uid(NOBODY) == 0, "another process runs as nobody; the count below would be wrong"
-    policy = SandboxPolicy(run_as=NOBODY, limits=Limits(processes=48))
+    # A uid of its own, not nobody's: other tests' sandboxes run as nobody, side by side with this one under xdist,
+    # and the kernel's process limit and the counts below are per uid.
+    ws = _workspace_of(BOMB_UID)
+    assert _count_uid(BOMB_UID) == 0, "another process runs as the bomb's uid; the count below would be wrong"
+    policy = SandboxPolicy(run_as=BOMB_UID, limits=Limits(processes=48))
     peak = 0
     done = threading.Event()
 
     def watch() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _count_uid(NOBODY))
+            peak = max(peak, _count_uid(BOMB_UID))
             time.sleep(0.01)
 
     watcher = threading.Thread(target=watch)
@@ -207,9 +215,10 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit(nobody_ws: Path):
     assert elapsed < 20
     assert stdout(run(ws, "echo alive")) == "alive\n"
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _count_uid(NOBODY):
+    while time.monotonic() < deadline and _count_uid(BOMB_UID):
         time.sleep(0.05)
-    assert _count_uid(NOBODY) == 0
+    assert _count_uid(BOMB_UID) == 0
+    shutil.rmtree(ws, ignore_errors=True)
 
 
 def test_a_runaway_write_stops_at_the_file_size_limit(ws: Path):

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from tests.conftest import FAKE_KEY
-from tests.integration.test_sandbox import NOBODY, _count_uid, redis_writer
+from tests.integration.test_sandbox import _count_uid, redis_writer
 from tests.integration.test_secrets import _everything_in_redis
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import wait_until
@@ -33,15 +33,18 @@ from tests.unit.test_workspace import _gone
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("uid-nobody")]
 
 SURVIVOR = ["sleep", "3600.25"]
+# The runs' sandbox uid (BATON_SANDBOX_UID) when the worker is root: no user's, so "nothing of the run is left" counts
+# this file's processes only, whatever other tests run as nobody beside it.
+RUN_UID = 64_998
 
 
 @pytest.fixture
 def workspace() -> Iterator[Path]:
-    """A workspace the sandbox's uid can write: owned by nobody when the worker is root (see BATON_SANDBOX_UID)."""
+    """A workspace the sandbox's uid can write: owned by RUN_UID when the worker is root (see BATON_SANDBOX_UID)."""
     root = Path(tempfile.mkdtemp(prefix="baton-run-ws-"))
     root.chmod(0o755)
     if os.geteuid() == 0:
-        os.chown(root, NOBODY, NOBODY)
+        os.chown(root, RUN_UID, RUN_UID)
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -86,7 +89,7 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
     script.insert(8, tool_call("read_file", {"path": f"up/{outside.name}"}, id="toolu_read_up"))
     script.insert(9, tool_call("write_file", {"path": "hello.py", "content": "print(6 * 7)\n"}, id="toolu_write"))
     stack.fake_api.set_handler(Script([*script, text("contained"), text("second run fine")]))
-    env = {"BATON_SANDBOX_UID": str(NOBODY)} if os.geteuid() == 0 else {}
+    env = {"BATON_SANDBOX_UID": str(RUN_UID)} if os.geteuid() == 0 else {}
     worker = stack.worker(**env)
     client = stack.client()
 
@@ -107,7 +110,7 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
     assert out["run_it"] == "exit code 0\n--- stdout ---\n42\n"
     assert (workspace / "made.txt").read_text() == "42"
     if os.geteuid() == 0:  # nothing of the run is left running (the kernel tears a PID namespace down async)
-        wait_until(lambda: _count_uid(NOBODY) == 0, 10, what="the run's processes to be gone")
+        wait_until(lambda: _count_uid(RUN_UID) == 0, 10, what="the run's processes to be gone")
 
     assert worker.alive
     second = client.wait(client.start_run("and now something normal", workspace=workspace), timeout=60)
