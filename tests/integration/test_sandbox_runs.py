@@ -78,6 +78,9 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
         "redis": redis_writer(port, "written-by-the-run"),
         "host_tmp": f"sh -c 'echo pwned > {host_file} && echo wrote; echo x > {outside}; echo done'",
         "bomb": "bash -c ':(){ :|:& };:'",
+        # The bomb's PID namespace is torn down by the kernel after its call returns, asynchronously: its processes,
+        # still counted against the uid's limit for a moment, once made bomb_held's very first fork fail (load ~7).
+        "settle": "sleep 1",
         "bomb_held": "sh -c 'b(){ b|b& }; b; sleep 2; echo held'",
         "flood": "head -c 1000000000 /dev/zero",
         "survivor": f"sh -c '{' '.join(SURVIVOR)} > /dev/null 2>&1 & echo started'",
@@ -86,8 +89,8 @@ def test_a_hostile_run_is_contained_and_its_legitimate_work_succeeds(stack, work
         "run_it": "python3 hello.py",
     }
     script = [tool_call("run_command", {"command": command}, id=f"toolu_{name}") for name, command in steps.items()]
-    script.insert(8, tool_call("read_file", {"path": f"up/{outside.name}"}, id="toolu_read_up"))
-    script.insert(9, tool_call("write_file", {"path": "hello.py", "content": "print(6 * 7)\n"}, id="toolu_write"))
+    script.insert(9, tool_call("read_file", {"path": f"up/{outside.name}"}, id="toolu_read_up"))
+    script.insert(10, tool_call("write_file", {"path": "hello.py", "content": "print(6 * 7)\n"}, id="toolu_write"))
     stack.fake_api.set_handler(Script([*script, text("contained"), text("second run fine")]))
     env = {"BATON_SANDBOX_UID": str(RUN_UID)} if os.geteuid() == 0 else {}
     worker = stack.worker(**env)
