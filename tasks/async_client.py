@@ -36,10 +36,11 @@ from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
-from tasks.store.connect import new_async_store_client
+from tasks.store.connect import POOL_WAIT_SECONDS, new_async_store_client
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
+from tasks.store.settled_watch import SettledWatch
 from tasks.store.tail import BLOCK_MS, tail
 from tasks.store.withdrawal import WITHDRAW, withdraw_call
 
@@ -48,6 +49,7 @@ __all__ = ["AsyncClient"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+COMMAND_CONNECTIONS = 8  # the short commands' pool: a burst waits for a warm connection rather than opening more
 PUBLISH_THREADS = 4  # broker connections a burst of sends may hold at once (Celery's producer pool hands them out)
 
 
@@ -76,10 +78,11 @@ class AsyncClient:
     def __init__(
         self, settings: Settings | None = None, *, max_connections: int | None = None, client_name: str | None = None
     ) -> None:
-        """`max_connections`: the store pool's size (default `BATON_API_REDIS_CONNECTIONS`); every open `stream`
-        and `wait` holds one connection while it blocks."""
+        """`max_connections`: the size of the pool for blocking reads (default `BATON_API_REDIS_CONNECTIONS`):
+        every open `stream` and `follow` holds one connection while it blocks, and all `wait`s together hold one
+        (`tasks.store.settled_watch`). Other commands share a pool of `COMMAND_CONNECTIONS`."""
         self.settings = settings or load_settings()
-        # A blocked XREAD (`wait`, `stream`) holds a connection; past the pool's size a command waits for one.
+        # A blocked XREAD (`stream`, `follow`, the waiters' reader) holds a connection; past the pool's size one waits.
         self.redis = new_async_store_client(
             self.settings,
             max_connections=max_connections or self.settings.api_redis_connections,
@@ -92,11 +95,26 @@ class AsyncClient:
         )
         self._publisher = Publisher(self.settings)
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="baton-publish")
-        self._enqueue = self.redis.register_script(enqueue_script.SCRIPT)
+        self._threads.submit(self._publisher.warm, PUBLISH_THREADS)  # see Publisher.warm: not on a burst's time
+        # Every other command takes a connection of a small pool: a burst of sends queues for a few warm
+        # connections instead of opening one each (a connection's setup is a connect and two round trips on the
+        # loop; 200 at once held it for tens of milliseconds).
+        self._store = new_async_store_client(
+            self.settings,
+            max_connections=COMMAND_CONNECTIONS,
+            timeout=POOL_WAIT_SECONDS,
+            client_name=client_name,
+            socket_connect_timeout=core.STORE_CONNECT_TIMEOUT,
+            health_check_interval=30,
+        )
+        self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
+        self._settled = SettledWatch(self.redis, STORE_ERRORS)
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        await self._settled.aclose()
+        for store in (self._store, self.redis):
+            await store.aclose()
+            await store.connection_pool.disconnect()
         self._threads.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncClient:
@@ -108,28 +126,28 @@ class AsyncClient:
     # -- the store, one read each ----------------------------------------------------------------
 
     async def _record(self, owner: str, unit: str) -> UnitRecord | None:
-        return UnitRecord.from_hash(await self.redis.hgetall(keys.record(owner, unit)))
+        return UnitRecord.from_hash(await self._store.hgetall(keys.record(owner, unit)))
 
     async def _head_record(self, owner: str) -> UnitRecord | None:
         """The chat's oldest unfinished turn (`tasks.store.reads.chat_head_record`)."""
         while True:
-            head = await self.redis.lindex(keys.queue(owner), 0)
+            head = await self._store.lindex(keys.queue(owner), 0)
             if head is None:
                 return None
             rec = await self._record(owner, text(head))
             if rec is not None and not rec.terminal:
                 return rec
-            await self.redis.lrem(keys.queue(owner), 1, text(head))
+            await self._store.lrem(keys.queue(owner), 1, text(head))
 
     async def _last_turn(self, owner: str) -> UnitRecord | None:
-        last = await self.redis.lindex(keys.turns(owner), -1)
+        last = await self._store.lindex(keys.turns(owner), -1)
         return await self._record(owner, text(last)) if last else None
 
     async def _owner(self, ident: str, kind: Kind | None = None) -> str:
         core.check_id(ident, "id")
         exists = None
         if kind is None:
-            exists = bool(await self.redis.exists(keys.record(keys.owner("run", ident), ident)))
+            exists = bool(await self._store.exists(keys.record(keys.owner("run", ident), ident)))
         return core.owner_of(ident, kind, exists)
 
     # -- the broker ------------------------------------------------------------------------------
@@ -142,7 +160,7 @@ class AsyncClient:
             await loop.run_in_executor(self._threads, self._publisher.publish, rec, task_id)
         except BROKER_ERRORS as err:
             script_keys, args = withdraw_call(rec, task_id, BROKER_DOWN, time.time())
-            withdrawn = bool(await self.redis.eval(WITHDRAW, len(script_keys), *script_keys, *args))
+            withdrawn = bool(await self._store.eval(WITHDRAW, len(script_keys), *script_keys, *args))
             if withdrawn and rec.kind == "turn":
                 await self._start_next(rec.owner_id)
             raise self._publisher.unavailable(rec, err, withdrawn=withdrawn) from err
@@ -193,7 +211,7 @@ class AsyncClient:
     async def _retry_turn(self, rec: UnitRecord) -> TurnRef:
         task_id = core.new_task_id()
         await self._requeue_failed(rec, task_id)
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self._store.pipeline(transaction=True)
         pipe.rpush(keys.queue(rec.owner_id), rec.unit_id)
         pipe.xadd(keys.events(rec.owner_id), {"e": core.retry_queued_event(rec)})
         await pipe.execute()
@@ -203,8 +221,8 @@ class AsyncClient:
     async def _requeue_failed(self, rec: UnitRecord, task_id: str) -> None:
         now = time.time()
         fields = hash_mapping(core.requeue_fields(rec, task_id, now))
-        await self.redis.hset(keys.record(rec.owner_id, rec.unit_id), mapping=fields)
-        await self.redis.zadd(keys.PENDING, {rec.owner_id: now})
+        await self._store.hset(keys.record(rec.owner_id, rec.unit_id), mapping=fields)
+        await self._store.zadd(keys.PENDING, {rec.owner_id: now})
 
     @_reaching
     async def turn(self, chat_id: str, turn_id: str) -> TurnResult:
@@ -222,23 +240,24 @@ class AsyncClient:
         owner, unit = core.wait_target(ref)
         deadline = time.monotonic() + timeout
         key = keys.settled(owner)
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self._store.pipeline(transaction=False)
         pipe.xrevrange(key, count=1)
         pipe.hgetall(keys.record(owner, unit))
         raw_tail, raw_rec = await pipe.execute()
         found_tail = stream_entries(raw_tail)
-        last_id = found_tail[0][0] if found_tail else "0-0"
         rec = UnitRecord.from_hash(raw_rec)
-        while True:
-            done = core.wait_over(rec, unit, timed_out=time.monotonic() >= deadline)
-            if done is not None:
-                return done
-            block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            entries = read_entries(await self.redis.xread({key: last_id}, block=block_ms, count=100) or [])
-            if entries:
-                last_id = entries[-1][0]
-            if core.settled_news(entries, unit):
-                rec = await self._record(owner, unit)
+        # The signal's entries after its tail as read with the record, from the client's one reader of them.
+        news = self._settled.subscribe(key, found_tail[0][0] if found_tail else "0-0")
+        try:
+            while True:
+                done = core.wait_over(rec, unit, timed_out=time.monotonic() >= deadline)
+                if done is not None:
+                    return done
+                entries = await news.next(max(0.001, min(1.0, deadline - time.monotonic())))
+                if core.settled_news(entries, unit):
+                    rec = await self._record(owner, unit)
+        finally:
+            news.close()
 
     # -- either kind -----------------------------------------------------------------------------
 
@@ -275,10 +294,10 @@ class AsyncClient:
         if answer is not None:
             return answer
         assert rec is not None
-        await self.redis.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
+        await self._store.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
         if core.parked_for_approval(rec):
             record = keys.record(rec.owner_id, rec.unit_id)
-            if await self.redis.eval(core.WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())):
+            if await self._store.eval(core.WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())):
                 await self._send(rec)  # a parked unit holds no worker to see the flag: it is started to stop
         return core.stop_requested(ident, rec)
 
@@ -286,13 +305,13 @@ class AsyncClient:
     async def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""
         owner = await self._owner(ident, kind)
-        return parse_transcript(await self.redis.lrange(keys.transcript(owner), 0, -1))
+        return parse_transcript(await self._store.lrange(keys.transcript(owner), 0, -1))
 
     @_reaching
     async def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:
         """The chat's or run's events after `after` (exclusive), in order; live text is left out."""
         key = keys.events(await self._owner(ident, kind))
-        return core.events_of(stream_entries(await self.redis.xrange(key, f"({after}" if after else "-", "+")))
+        return core.events_of(stream_entries(await self._store.xrange(key, f"({after}" if after else "-", "+")))
 
     @_reaching
     async def follow(
@@ -349,7 +368,7 @@ class AsyncClient:
         done: Decided | None = None
         if rec is not None:
             script_keys, args = decide_call(rec, tool_use_id, decision, reason=reason, by=by, now=time.time())
-            done = decided(await self.redis.eval(DECIDE, len(script_keys), *script_keys, *args), decision)
+            done = decided(await self._store.eval(DECIDE, len(script_keys), *script_keys, *args), decision)
         answer = core.decision_answer(ident, tool_use_id, done)
         if done is not None and done.resume and rec is not None:
             await self._send(rec)
@@ -360,12 +379,12 @@ class AsyncClient:
         kind, _, ident = owner.partition(":")
         if kind == "run":
             return await self._record(owner, ident)
-        for raw in reversed(await self.redis.lrange(keys.turns(owner), -recent, -1)):
+        for raw in reversed(await self._store.lrange(keys.turns(owner), -recent, -1)):
             turn_id = text_or_none(raw) or ""
             rec = await self._record(owner, turn_id)
             if rec is None:
                 continue
-            if waiting_call(rec, tool_use_id) or await self.redis.hexists(keys.approvals(owner, turn_id), tool_use_id):
+            if waiting_call(rec, tool_use_id) or await self._store.hexists(keys.approvals(owner, turn_id), tool_use_id):
                 return rec
         return None
 
@@ -378,11 +397,11 @@ class AsyncClient:
         path = core.check_workspace(workspace)
         rec = core.new_run(goal, path, core.check_id(run_id, "run_id") if run_id is not None else None, time.time())
         owner, run_id = rec.owner_id, rec.unit_id
-        if not await self.redis.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
+        if not await self._store.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")
-        await self.redis.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        await self.redis.sadd(keys.RUNS, run_id)
-        await self.redis.zadd(keys.PENDING, {owner: rec.created_at})
+        await self._store.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
+        await self._store.sadd(keys.RUNS, run_id)
+        await self._store.zadd(keys.PENDING, {owner: rec.created_at})
         await self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 

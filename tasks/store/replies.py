@@ -50,6 +50,13 @@ def read_entries(reply: XReadResponse) -> list[Entry]:
     return [entry for _stream, entries in reply for entry in stream_entries(entries)]
 
 
+def read_streams(reply: XReadResponse) -> list[tuple[str, list[Entry]]]:
+    """Each stream of an XREAD reply, its name as text, with its entries."""
+    if isinstance(reply, dict):
+        raise TypeError("a RESP3 XREAD reply; Baton's clients speak RESP2")
+    return [(text(stream), stream_entries(entries)) for stream, entries in reply]
+
+
 def members(reply: ZSetRangeResponse) -> list[str]:
     """The members of a sorted-set range reply read without scores, as text."""
     out: list[str] = []

@@ -8,12 +8,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from tasks.client import AsyncClient, NotFound, ValidationError
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.processes import REPO
+from tests.support.slow_proxy import SlowProxy
 from tests.support.web_server import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -21,10 +23,12 @@ pytestmark = pytest.mark.integration
 TURNS = 200
 TICK_S = 0.005
 # The issue asks for 50 ms. Measured on this 2-core box shared with the worker, the fake API and other people's
-# tests: 73-290 ms from run to run, all within the first half second (200 connections opened, 200 first steps
-# in a few loop iterations), nothing after; with the publish made on the loop instead (a sync call): 321 ms.
-# The two overlap here, so this bound only catches a gross stall; the figure is printed for the report.
-MAX_GAP_S = 0.500
+# tests (load average ~6): 38-60 ms over five runs, the issue's bound met in three; before `wait` shared one
+# reader, short commands shared a small pool and the publish threads were warmed up, 73-290 ms. What is left is
+# the burst's own steps and the GIL shared with the publish threads on an overloaded machine; this bound keeps
+# twice the issue's figure so that it holds here, and the figure is printed for the report. The loop blocked by
+# a sync publish is caught by `test_a_sync_publish_to_a_slow_broker_stalls_the_loop` below, not by this bound.
+MAX_GAP_S = 0.100
 BURST = 20  # sends started per loop iteration
 
 
@@ -124,6 +128,46 @@ def test_a_5ms_ticker_never_stalls_while_200_turns_are_sent_and_awaited(stack):
     worst = asyncio.run(main())
     print(f"worst ticker lateness while {TURNS} turns were sent and awaited: {worst * 1000:.1f} ms")
     assert worst < MAX_GAP_S, f"the loop stalled {worst * 1000:.1f} ms"
+
+
+SLOW_BROKER_S = 0.300
+
+
+def test_a_sync_publish_to_a_slow_broker_stalls_the_loop(stack):
+    """The broker behind a proxy that holds every request 300 ms: sends through the async client take that long,
+    and the 5 ms ticker beside them never stalls for it (the publish waits on the client's threads). A publish
+    made on the loop (a sync call) stalls the ticker for the broker's 300 ms and fails this."""
+    parsed = urlsplit(stack.env["BATON_REDIS_URL"])
+    assert parsed.hostname and parsed.port
+    with SlowProxy((parsed.hostname, parsed.port), SLOW_BROKER_S) as proxy:
+        broker = urlunsplit(parsed._replace(netloc=f"127.0.0.1:{proxy.port}"))
+
+        async def main() -> tuple[float, float]:
+            async with stack.async_client(BATON_BROKER_URL=broker) as ac:
+                await ac.events("warm-up")
+                gaps: list[float] = []
+                done = asyncio.Event()
+
+                async def ticker() -> None:
+                    last = time.perf_counter()
+                    while not done.is_set():
+                        await asyncio.sleep(TICK_S)
+                        now = time.perf_counter()
+                        gaps.append(now - last - TICK_S)
+                        last = now
+
+                tick = asyncio.create_task(ticker())
+                started = time.perf_counter()
+                await asyncio.gather(*(ac.send_message(f"slow-{i}", "hi") for i in range(3)))
+                took = time.perf_counter() - started
+                done.set()
+                await tick
+                return max(gaps), took
+
+        worst, took = asyncio.run(main())
+    print(f"sends via a {SLOW_BROKER_S * 1000:.0f} ms broker: {took * 1000:.0f} ms; worst tick {worst * 1000:.1f} ms")
+    assert took >= SLOW_BROKER_S  # the broker was slow indeed
+    assert worst < SLOW_BROKER_S / 2, f"the loop stalled {worst * 1000:.1f} ms behind the broker"
 
 
 def readme_example() -> str:

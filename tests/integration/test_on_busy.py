@@ -44,7 +44,8 @@ def test_interrupt_mid_write_stops_the_turn_with_its_notice_and_the_new_turn_run
     """A new message with `on_busy="interrupt"` while a write tool blocks: the running turn ends `stopped`, its
     call answered by the placeholder and the notice `Interrupted by a new message.`; the write ran once; the new
     turn runs next and its request carries that history, paired. Prints the time from the request to the new
-    turn's first delta."""
+    turn's first delta. Shown red once with the stopped call's write started again instead of only answered by
+    the placeholder (agent/tools/round.py, `ran is None`): `blocking_write` counted 2."""
     stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "n1"}), text("the second answer")]))
     _worker(stack)
     client, r = stack.client(), _redis(stack)
