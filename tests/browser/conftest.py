@@ -76,9 +76,9 @@ WORKER_ENV = {
 
 
 @contextlib.contextmanager
-def running_stack(tmp: Path, **api_env: str) -> Iterator[Served]:
+def running_stack(tmp: Path, *, command: list[str] | None = None, **api_env: str) -> Iterator[Served]:
     """redis-server, the holding fake API, one worker (`w1`) and `baton serve` (with `api_env` besides the
-    stack's env); all stopped on exit."""
+    stack's env; `command` serves another ASGI app instead, see ApiServer); all stopped on exit."""
     router = Router()
     redis_server = RedisServer(tmp / "redis").start()
     fake_api = HoldingMessagesServer(router).start()
@@ -86,7 +86,7 @@ def running_stack(tmp: Path, **api_env: str) -> Iterator[Served]:
     api = None
     try:
         stack.worker("w1", **WORKER_ENV)
-        api = ApiServer({**stack.env, **api_env}, tmp).start()
+        api = ApiServer({**stack.env, **api_env}, tmp, command=command).start()
         s = Served(stack, router, api)
         yield s
         s.client.close()
