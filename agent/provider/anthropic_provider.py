@@ -12,8 +12,6 @@ which was half of what an event cost the calling thread (31.6 -> 15.2 us a text 
 
 from __future__ import annotations
 
-import itertools
-import threading
 from typing import Any, cast
 
 import anthropic
@@ -26,6 +24,7 @@ from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
+from agent.provider.shards import Shards
 
 NO_CREDENTIALS = (
     "no Anthropic credentials are configured: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or an Anthropic "
@@ -58,22 +57,7 @@ class AnthropicProvider:
 
     def __init__(self, *, idle_timeout: float, client: anthropic.Anthropic | None = None, shards: int = 1) -> None:
         self._idle_timeout = idle_timeout
-        self._clients: list[anthropic.Anthropic | None] = [client] if client is not None else [None] * max(1, shards)
-        self._lock = threading.Lock()
-        self._next_shard = itertools.count()
-        self._mine = threading.local()  # this thread's shard
-
-    def _get_client(self) -> anthropic.Anthropic:
-        shard: int | None = getattr(self._mine, "shard", None)
-        if shard is None:
-            shard = self._mine.shard = next(self._next_shard) % len(self._clients)
-        client = self._clients[shard]
-        if client is None:
-            with self._lock:
-                client = self._clients[shard]
-                if client is None:
-                    client = self._clients[shard] = self._new_client()
-        return client
+        self._shards: Shards[anthropic.Anthropic] = Shards(self._new_client, shards, given=client)
 
     def _new_client(self) -> anthropic.Anthropic:
         try:
@@ -100,7 +84,7 @@ class AnthropicProvider:
         if request.system:
             params["system"] = request.system
         snapshot = Snapshot()
-        client = self._get_client()  # no credentials: a provider_auth failure, before any attempt is made or billed
+        client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
             stream = client.post("/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object])
         except Exception as err:

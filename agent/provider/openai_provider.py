@@ -10,8 +10,6 @@ building a pydantic model per chunk). The body is `openai_request.chat_body`, th
 
 from __future__ import annotations
 
-import itertools
-import threading
 from typing import Any, cast
 
 import httpx2
@@ -25,6 +23,7 @@ from agent.provider import openai_errors, transport  # noqa: F401 - openai_error
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
 from agent.provider.openai_request import chat_body
+from agent.provider.shards import Shards
 
 NO_CREDENTIALS = "no OpenAI credentials are configured: set OPENAI_API_KEY in the workers' environment"
 
@@ -43,22 +42,7 @@ class OpenAIProvider:
 
     def __init__(self, *, idle_timeout: float, client: openai.OpenAI | None = None, shards: int = 1) -> None:
         self._idle_timeout = idle_timeout
-        self._clients: list[openai.OpenAI | None] = [client] if client is not None else [None] * max(1, shards)
-        self._lock = threading.Lock()
-        self._next_shard = itertools.count()
-        self._mine = threading.local()
-
-    def _get_client(self) -> openai.OpenAI:
-        shard: int | None = getattr(self._mine, "shard", None)
-        if shard is None:
-            shard = self._mine.shard = next(self._next_shard) % len(self._clients)
-        client = self._clients[shard]
-        if client is None:
-            with self._lock:
-                client = self._clients[shard]
-                if client is None:
-                    client = self._clients[shard] = self._new_client()
-        return client
+        self._shards: Shards[openai.OpenAI] = Shards(self._new_client, shards, given=client)
 
     def _new_client(self) -> openai.OpenAI:
         try:
@@ -76,7 +60,7 @@ class OpenAIProvider:
         cancel.raise_if_set()
         body = chat_body(request)
         snapshot = ChatSnapshot()
-        client = self._get_client()  # no credentials: a provider_auth failure, before any attempt is made or billed
+        client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
             stream = client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object])
         except Exception as err:

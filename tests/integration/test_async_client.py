@@ -82,6 +82,16 @@ def test_send_wait_transcript_events_and_a_resumed_stream(request, broker):
     asyncio.run(main())
 
 
+async def ticker(gaps: list[float], done: asyncio.Event) -> None:
+    """Tick every `TICK_S` until `done`, recording how late each tick came: how long the loop was held."""
+    last = time.perf_counter()
+    while not done.is_set():
+        await asyncio.sleep(TICK_S)
+        now = time.perf_counter()
+        gaps.append(now - last - TICK_S)
+        last = now
+
+
 @pytest.mark.timeout(300)
 def test_200_turns_sent_and_awaited_at_once_on_one_loop_beside_a_5ms_ticker(stack):
     """200 turns sent and awaited at once on one loop all complete; a 5 ms ticker beside them measures how late
@@ -94,19 +104,11 @@ def test_200_turns_sent_and_awaited_at_once_on_one_loop_beside_a_5ms_ticker(stac
             gaps: list[float] = []
             done = asyncio.Event()
 
-            async def ticker() -> None:
-                last = time.perf_counter()
-                while not done.is_set():
-                    await asyncio.sleep(TICK_S)
-                    now = time.perf_counter()
-                    gaps.append(now - last - TICK_S)
-                    last = now
-
             async def one(i: int) -> str:
                 ref = await ac.send_message(f"tick-{i}", f"turn {i}")
                 return (await ac.wait(ref, timeout=240)).status
 
-            tick = asyncio.create_task(ticker())
+            tick = asyncio.create_task(ticker(gaps, done))
             sends = []
             for i in range(TURNS):
                 sends.append(asyncio.create_task(one(i)))
@@ -145,16 +147,7 @@ def test_a_sync_publish_to_a_slow_broker_stalls_the_loop(stack):
                 await ac.events("warm-up")
                 gaps: list[float] = []
                 done = asyncio.Event()
-
-                async def ticker() -> None:
-                    last = time.perf_counter()
-                    while not done.is_set():
-                        await asyncio.sleep(TICK_S)
-                        now = time.perf_counter()
-                        gaps.append(now - last - TICK_S)
-                        last = now
-
-                tick = asyncio.create_task(ticker())
+                tick = asyncio.create_task(ticker(gaps, done))
                 started = time.perf_counter()
                 await asyncio.gather(*(ac.send_message(f"slow-{i}", "hi") for i in range(3)))
                 took = time.perf_counter() - started
