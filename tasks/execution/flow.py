@@ -35,7 +35,8 @@ from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.live import RedisLiveText
-from tasks.execution.settling import Outcome, Settling, Unit
+from tasks.execution.requeue import Requeueing
+from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
 from tasks.store.failover import behind_sentinel, replid
@@ -76,7 +77,7 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
 
 
-class Execution(Settling):
+class Execution(Requeueing):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
