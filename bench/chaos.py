@@ -45,7 +45,7 @@ from typing import Any
 import redis
 
 from agent.tools import tool
-from tasks.store import keys
+from tasks.store import indexes, keys
 from tests.support import counting_tools
 
 # -- the probe tool (workers load it with BATON_TOOLS=bench.chaos:TOOLS) ------------------------------------------
@@ -530,7 +530,7 @@ class Chaos:
                 self.supervise()
                 time.sleep(0.5)
         settle = time.monotonic() + 30  # finished owners leave the pending set within ~15 s
-        while (self.store_client.zcard(keys.PENDING) or self.store_client.zcard(keys.ACTIVE)) and \
+        while (indexes.count(self.store_client, keys.PENDING) or indexes.count(self.store_client, keys.ACTIVE)) and \
                 time.monotonic() < settle:
             time.sleep(0.5)
         settle = time.monotonic() + 10  # let tools still inside their window (abandoned by a drain) finish
@@ -714,8 +714,8 @@ class Chaos:
             for part in ("lease", "journal", "stop", "queue"):
                 if f"}}:{part}" in name:
                     out[part] += 1
-        out["active"] = int(self.store_client.zcard(keys.ACTIVE))
-        out["pending"] = int(self.store_client.zcard(keys.PENDING))
+        out["active"] = indexes.count(self.store_client, keys.ACTIVE)
+        out["pending"] = indexes.count(self.store_client, keys.PENDING)
         return dict(out)
 
     def _diagnose(self, ref: UnitRef) -> str:

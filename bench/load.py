@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 import redis
 
 from bench._common import Row, Stack, command_counts, delta, fmt, judge, median, print_rows
-from tasks.store import keys
+from tasks.store import indexes, keys
 
 TTL_ENV = {"BATON_LEASE_TTL": "3", "BATON_ROUND_TTL": "5"}
 SETTLE_SECONDS = 20.0  # longer than every short TTL above, the 3 s recovery lock and the lost-message sweep's period
@@ -133,7 +133,7 @@ def main(turns: int = 200, chats: int = 50) -> tuple[list[Row], bool]:
         final = used_memory(r)
         final_parts = memory_parts(r)
         census = key_census(r)
-        active = int(r.zcard(keys.ACTIVE))
+        active = indexes.count(r, keys.ACTIVE)
         # Drop what this load left by design (as its retention would), and memory must come back to baseline.
         for raw in r.scan_iter(count=1000):
             name = prefix_of(raw.decode())

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     # and the monitored master's name. BATON_REDIS_URL then gives only the password and the database number.
     redis_sentinels: str = Field("", pattern=r"^(\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*)?$")
     redis_master: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    # A Redis Cluster for the store: its startup nodes, `host:port,...` (BATON_REDIS_URL then gives only the password
+    # and TLS). The broker (BATON_BROKER_URL) and Celery's result backend are then never the cluster.
+    redis_cluster: str = Field("", pattern=r"^(\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*)?$")
     # Behind Sentinel, a write tool's write-ahead entry waits for this many replicas at most (fewer when the
     # master has fewer online: tasks/store/replicas.py). 0 waits for none, and every write is stated unreplicated.
     redis_min_replicas: int = Field(1, ge=0, le=100)
@@ -94,15 +97,30 @@ class Settings(BaseSettings):
             raise ValueError("BATON_REDIS_SENTINELS and BATON_REDIS_MASTER must be set together")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_needs_a_broker(cls, data: object) -> object:
+        # Checked before the broker defaults to the store: a cluster's store is no Celery broker (kombu's Redis
+        # transport speaks to one node), so the broker must be named. Reported under BATON_BROKER_URL.
+        if isinstance(data, dict) and str(data.get("redis_cluster") or "").strip():
+            broker = data.get("broker_url")
+            if not broker or broker == data.get("redis_url"):
+                raise ValueError(
+                    "BATON_REDIS_CLUSTER needs BATON_BROKER_URL: a RabbitMQ, or a Redis that is not the cluster"
+                )
+            if str(data.get("redis_sentinels") or "").strip():
+                raise ValueError("BATON_REDIS_CLUSTER and BATON_REDIS_SENTINELS are two topologies: set one")
+        return data
+
     @property
     def sentinels(self) -> list[tuple[str, int]]:
         """The Sentinel addresses, in order; empty when the store is a plain Redis."""
-        out = []
-        for item in self.redis_sentinels.split(","):
-            if item.strip():
-                host, _, port = item.strip().rpartition(":")
-                out.append((host, int(port)))
-        return out
+        return _addresses(self.redis_sentinels)
+
+    @property
+    def cluster(self) -> list[tuple[str, int]]:
+        """The Redis Cluster's startup nodes, in order; empty when the store is not a cluster."""
+        return _addresses(self.redis_cluster)
 
     @property
     def broker(self) -> str:
@@ -113,9 +131,21 @@ class Settings(BaseSettings):
         return url
 
     @property
-    def result_backend(self) -> str:
-        """Celery's result backend: the store, through the Sentinels when there are some."""
+    def result_backend(self) -> str | None:
+        """Celery's result backend: the store, through the Sentinels when there are some. Beside a cluster, the
+        broker when it is a Redis, else none (nothing of Baton's reads Celery's results: the records say it all)."""
+        if self.cluster:
+            return self.broker if self.broker.startswith(("redis", "unix")) else None
         return sentinel_url(self) if self.sentinels else self.redis_url
+
+
+def _addresses(listed: str) -> list[tuple[str, int]]:
+    out = []
+    for item in listed.split(","):
+        if item.strip():
+            host, _, port = item.strip().rpartition(":")
+            out.append((host, int(port)))
+    return out
 
 
 def sentinel_url(settings: Settings) -> str:

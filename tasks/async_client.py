@@ -40,7 +40,7 @@ from tasks.store.connect import POOL_WAIT_SECONDS, new_async_store_client
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
-from tasks.store.settled_watch import SettledWatch
+from tasks.store.settled_watch import SettledWatch, SlotWatch
 from tasks.store.tail import BLOCK_MS, tail
 from tasks.store.withdrawal import WITHDRAW, withdraw_call
 
@@ -108,13 +108,15 @@ class AsyncClient:
             health_check_interval=30,
         )
         self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
-        self._settled = SettledWatch(self.redis, STORE_ERRORS)
+        watch = SlotWatch if keys.clustered() else SettledWatch
+        self._settled: SettledWatch | SlotWatch = watch(self.redis, STORE_ERRORS)
 
     async def aclose(self) -> None:
         await self._settled.aclose()
         for store in (self._store, self.redis):
             await store.aclose()
-            await store.connection_pool.disconnect()
+            if not keys.clustered():  # a cluster client's aclose closes its nodes' pools itself
+                await store.connection_pool.disconnect()
         self._threads.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncClient:
@@ -222,7 +224,7 @@ class AsyncClient:
         now = time.time()
         fields = hash_mapping(core.requeue_fields(rec, task_id, now))
         await self._store.hset(keys.record(rec.owner_id, rec.unit_id), mapping=fields)
-        await self._store.zadd(keys.PENDING, {rec.owner_id: now})
+        await self._store.zadd(keys.pending(rec.owner_id), {rec.owner_id: now})
 
     @_reaching
     async def turn(self, chat_id: str, turn_id: str) -> TurnResult:
@@ -296,8 +298,8 @@ class AsyncClient:
         assert rec is not None
         await self._store.set(keys.stop(owner), rec.unit_id, ex=24 * 3600)
         if core.parked_for_approval(rec):
-            record = keys.record(rec.owner_id, rec.unit_id)
-            if await self._store.eval(core.WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())):
+            record, pending = keys.record(rec.owner_id, rec.unit_id), keys.pending(rec.owner_id)
+            if await self._store.eval(core.WAKE, 2, record, pending, rec.owner_id, repr(time.time())):
                 await self._send(rec)  # a parked unit holds no worker to see the flag: it is started to stop
         return core.stop_requested(ident, rec)
 
@@ -400,8 +402,8 @@ class AsyncClient:
         if not await self._store.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")
         await self._store.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        await self._store.sadd(keys.RUNS, run_id)
-        await self._store.zadd(keys.PENDING, {owner: rec.created_at})
+        await self._store.sadd(keys.runs(owner), run_id)
+        await self._store.zadd(keys.pending(owner), {owner: rec.created_at})
         await self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 

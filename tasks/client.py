@@ -135,7 +135,7 @@ class Client:
         self.redis.hset(
             keys.record(rec.owner_id, rec.unit_id), mapping=hash_mapping(core.requeue_fields(rec, task_id, now))
         )
-        self.redis.zadd(keys.PENDING, {rec.owner_id: now})
+        self.redis.zadd(keys.pending(rec.owner_id), {rec.owner_id: now})
 
     @_reaching
     def turn(self, chat_id: str, turn_id: str) -> TurnResult:
@@ -226,7 +226,7 @@ class Client:
     def _wake_parked(self, rec: UnitRecord) -> bool:
         """Move a unit parked for approval back to `queued` (once: a decision racing this sees it is not waiting)."""
         record = keys.record(rec.owner_id, rec.unit_id)
-        return bool(self.redis.eval(core.WAKE, 2, record, keys.PENDING, rec.owner_id, repr(time.time())))
+        return bool(self.redis.eval(core.WAKE, 2, record, keys.pending(rec.owner_id), rec.owner_id, repr(time.time())))
 
     @_reaching
     def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
@@ -299,8 +299,8 @@ class Client:
         if not self.redis.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")
         self.redis.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        self.redis.sadd(keys.RUNS, run_id)
-        self.redis.zadd(keys.PENDING, {owner: rec.created_at})
+        self.redis.sadd(keys.runs(owner), run_id)
+        self.redis.zadd(keys.pending(owner), {owner: rec.created_at})
         self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 

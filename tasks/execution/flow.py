@@ -206,7 +206,7 @@ class Execution(Requeueing):
         pipe.set(lease.key, lease.token, nx=True, px=lease.ttl_ms)
         pipe.hgetall(unit.record_key)
         pipe.get(keys.stop(unit.owner_id))
-        pipe.exists(keys.drain(self.hostname))
+        pipe.exists(keys.drain(self.hostname, self.unit.owner_id))
         # A started generation reads its history up to its own messages; a new one reads all of it.
         pipe.lrange(keys.transcript(unit.owner_id), 0, rec.history_len - 1 if rec.history_len >= 0 else -1)
         started = rec.history_len >= 0
@@ -307,7 +307,8 @@ class Execution(Requeueing):
         if self.task_id:  # else the record keeps the task id it has
             fields["task_id"] = self.task_id
         batch.hset(self.unit.record_key, {**fields, "updated_at": now})
-        batch.add("ZADD", keys.ACTIVE, str(now), self.unit.owner_id)  # alive, for the lost-worker sweep
+        owner = self.unit.owner_id
+        batch.add("ZADD", keys.active(owner), str(now), owner)  # alive, for the lost-worker sweep
         return batch
 
     def _running(self, rec: UnitRecord) -> None:

@@ -76,7 +76,7 @@ class Requeueing(Settling):
                 },
             )
         batch.add("DEL", keys.lease(unit.owner_id))
-        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
+        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
         self.fence.commit(batch)
         return Outcome("requeue", f"platform interrupt: {text}")
 
@@ -119,6 +119,6 @@ class Requeueing(Settling):
                 {"step": err.step_id, "kind": "tool", "name": err.name, "status": "unconfirmed", **waiting},
             )
         batch.add("DEL", keys.lease(unit.owner_id))
-        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
+        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
         self.fence.commit(batch)
         return Outcome("auto_resume", f"{cls}: waiting for the store's replica", delay)

@@ -113,7 +113,7 @@ class Settling:
         batch.add("DEL", keys.live(owner, self.unit.unit_id, rec.generation))
         since_ms = int(max(0.0, rec.created_at - 60) * 1000)  # a minute's slack for the clocks of client and Redis
         due = time.time() + self.settings.live_text_retention
-        batch.add("ZADD", keys.DELTA_TRIM, str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
+        batch.add("ZADD", keys.delta_trim(owner), str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
         batch.delete_if(keys.stop(owner), self.unit.unit_id, "*")  # a stop for this unit is spent
         if self.unit.driver is Driver.CHAT_TURN:
             batch.add("LREM", keys.queue(owner), "1", self.unit.unit_id)
@@ -192,7 +192,7 @@ class Settling:
             )
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
-        batch.add("ZREM", keys.ACTIVE, unit.owner_id)  # no longer running: nothing for the lost-worker sweep
+        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
         batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
         chat = unit.driver is Driver.CHAT_TURN
         if chat:
@@ -279,7 +279,7 @@ class Settling:
                 },
             )
             batch.add("DEL", keys.lease(unit.owner_id))
-            batch.add("ZREM", keys.ACTIVE, unit.owner_id)
+            batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)
             self.fence.commit(batch)
             delay = compute_backoff(1, wiring.backoff(settings))
             return Outcome("auto_resume", reason, delay)
@@ -311,9 +311,9 @@ class Settling:
         for tool_use_id in pending:
             # NX: a unit that parks again (a replay before every call was decided) keeps each call's first deadline.
             member = due_member(unit.owner_id, unit.unit_id, tool_use_id)
-            batch.add("ZADD", keys.APPROVAL_DUE, "NX", repr(due), member)
+            batch.add("ZADD", keys.approval_due(unit.owner_id), "NX", repr(due), member)
         batch.add("DEL", keys.lease(unit.owner_id))
-        batch.add("ZREM", keys.ACTIVE, unit.owner_id)
+        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)
         batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
         self.fence.commit(batch)
         return Outcome("done", "waiting")

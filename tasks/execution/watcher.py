@@ -58,7 +58,7 @@ class Watcher:
         self._lease = lease
         self.owner_id = owner_id
         self._unit_id = unit_id
-        self.drain_key = keys.drain(hostname)
+        self.drain_key = keys.drain(hostname, owner_id)
         self._cancel = cancel
         self.lease_lost = False
         # The lease (and the ACTIVE mark) are renewed a third of a TTL at a time, not on every poll: the stop
@@ -148,19 +148,34 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
     pipe = client.pipeline(transaction=False)
     for watcher in renew:
         watcher.queue_renewal(pipe)
-    if renew:
-        pipe.zadd(keys.ACTIVE, {w.owner_id: time.time() for w in renew})  # alive, for the lost-worker sweep
-    pipe.mget([keys.stop(w.owner_id) for w in watchers])
+    beats = active_marks(renew, time.time())
+    for key, marks in beats.items():
+        pipe.zadd(key, marks)  # alive, for the lost-worker sweep
+    stop_keys = [keys.stop(w.owner_id) for w in watchers]
+    if keys.clustered():
+        for key in stop_keys:  # a cluster's MGET takes the keys of one slot only
+            pipe.get(key)
+    else:
+        pipe.mget(stop_keys)
     for key in drains:
         pipe.exists(key)
     replies = pipe.execute()
-    stops = replies[len(renew) + bool(renew)]
+    first = len(renew) + len(beats)
+    stops = replies[first:first + len(watchers)] if keys.clustered() else replies[first]
     draining = dict(zip(drains, replies[-len(drains):], strict=True))
     for watcher, ok in zip(renew, replies, strict=False):
         _act(watcher.renewed, asked, bool(ok))
     for watcher, stop in zip(watchers, stops, strict=True):
         if not watcher.lease_lost:
             _act(watcher.seen, stop=text_or_none(stop), draining=bool(draining[watcher.drain_key]))
+
+
+def active_marks(watchers: list[Watcher], now: float) -> dict[str, dict[str, float]]:
+    """The heartbeats of `watchers` for the lost-worker sweep, one ZADD per shard of `keys.ACTIVE` they fall in."""
+    marks: dict[str, dict[str, float]] = {}
+    for watcher in watchers:
+        marks.setdefault(keys.active(watcher.owner_id), {})[watcher.owner_id] = now
+    return marks
 
 
 def _act(action: Callable[..., None], *args: Any, **kwargs: Any) -> None:

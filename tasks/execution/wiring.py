@@ -39,8 +39,9 @@ def redis_client(url: str) -> redis.Redis:
 
 
 def store(settings: Settings) -> redis.Redis:
-    """The process's pooled client of the store (plain Redis, or the master the Sentinels name)."""
-    if not settings.sentinels:
+    """The process's pooled client of the store (plain Redis, the master the Sentinels name, or a cluster)."""
+    if not settings.sentinels and not settings.cluster:
+        keys.use_cluster(False)
         return redis_client(settings.redis_url)
     return connect.store_client(settings)
 

@@ -60,7 +60,10 @@ def _on_shutting_down(sender: Any = None, sig: Any = None, how: Any = None, **_:
 
 def _set_drain_flag(hostname: str, how: Any, sig: Any) -> None:
     try:
-        wiring.store(settings).set(keys.drain(hostname), str(time.time()), ex=DRAIN_FLAG_TTL_S)
+        pipe = wiring.store(settings).pipeline(transaction=False)
+        for key in keys.drains(hostname):
+            pipe.set(key, str(time.time()), ex=DRAIN_FLAG_TTL_S)
+        pipe.execute()
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
     except (redis.ConnectionError, redis.TimeoutError) as err:  # a shutdown must go on even if Redis is gone
         unreachable = reach.Unavailable("store", settings, err)
@@ -124,7 +127,10 @@ def _sweep_forever(hostname: str) -> None:
     while True:
         with _telling(store):
             if not cleared:
-                client.delete(keys.drain(hostname))
+                pipe = client.pipeline(transaction=False)
+                for key in keys.drains(hostname):  # one DEL each: a cluster's DEL takes the keys of one slot
+                    pipe.delete(key)
+                pipe.execute()
                 cleared = True
             else:
                 for owner_id in sweep_once(client, app, settings):

@@ -12,8 +12,8 @@ import json
 import redis
 
 from agent.events import TEXT_DELTA
-from tasks.store import keys
-from tasks.store.replies import members, stream_entries, text
+from tasks.store import indexes, keys
+from tasks.store.replies import stream_entries, text
 
 PAGE = 500
 
@@ -21,8 +21,8 @@ PAGE = 500
 def trim_live_text(client: redis.Redis, now: float, *, limit: int = 20) -> int:
     """Delete the live text of units whose retention has passed; returns how many entries were deleted."""
     deleted = 0
-    for member in members(client.zrangebyscore(keys.DELTA_TRIM, "-inf", now, start=0, num=limit)):
-        if not client.zrem(keys.DELTA_TRIM, member):
+    for shard, member, _ in indexes.due(client, keys.DELTA_TRIM, now, limit=limit):
+        if not client.zrem(shard, member):
             continue  # another worker's sweep took this one
         owner_id, unit_id, since_ms = json.loads(member)
         deleted += _trim_unit(client, keys.events(owner_id), unit_id, int(since_ms))

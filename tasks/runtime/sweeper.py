@@ -11,18 +11,17 @@ from agent.events import encode_event
 from agent.loop.policy import after_interruption
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from config.settings import Settings
-from tasks.store import keys, settled
+from tasks.store import indexes, keys, settled
 from tasks.store.reads import chat_head, chat_head_record, load_record
 from tasks.store.records import Failure, UnitRecord
-from tasks.store.replies import blobs, members, scored_texts
+from tasks.store.replies import blobs
 
 
 def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: float | None = None) -> list[str]:
     """Requeue every stale, lease-less, still-running unit once; returns the owners requeued."""
     now = time.time() if now is None else now
-    stale = members(client.zrangebyscore(keys.ACTIVE, "-inf", now - settings.lease_ttl))
     recovered: list[str] = []
-    for owner_id in stale:
+    for shard, owner_id, _ in indexes.due(client, keys.ACTIVE, now - settings.lease_ttl):
         if client.exists(keys.lease(owner_id)):
             continue  # alive (its heartbeat will refresh the score) or just taken over
         if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):
@@ -31,11 +30,11 @@ def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: flo
         unit_id = chat_head(client, owner_id) if kind == "chat" else ident
         rec = load_record(client, owner_id, unit_id) if unit_id else None
         if rec is None or rec.status != "running":
-            client.zrem(keys.ACTIVE, owner_id)
+            client.zrem(shard, owner_id)
             continue
         if _requeue(client, app, settings, rec):
             recovered.append(owner_id)
-        client.zrem(keys.ACTIVE, owner_id)
+        client.zrem(shard, owner_id)
     return recovered
 
 
@@ -147,22 +146,17 @@ def sweep_lost_messages(
     None: RabbitMQ, which does not lose a delivered message this way) it only forgets owners with nothing left.
     """
     now = time.time() if now is None else now
-    due = scored_texts(
-        client.zrangebyscore(
-            keys.PENDING, "-inf", now - pending_check_seconds(settings), withscores=True, score_cast_func=bytes.decode
-        )
-    )
     messages: bytes | None = None
     republished: list[str] = []
-    for owner_id, score in due:
+    for shard, owner_id, score in indexes.due(client, keys.PENDING, now - pending_check_seconds(settings)):
         kind, _, ident = owner_id.partition(":")
         unit_id = chat_head(client, owner_id) if kind == "chat" else ident
         rec = load_record(client, owner_id, unit_id) if unit_id else None
         if rec is None or rec.terminal or (rec.status == "waiting" and rec.waiting_reason == "approval"):
             # Nothing left to start (parked for approval: the decision that settles it enqueues it again).
-            client.eval(_FORGET, 1, keys.PENDING, owner_id, score)
+            client.eval(_FORGET, 1, shard, owner_id, score)
             continue
-        client.zadd(keys.PENDING, {owner_id: now}, xx=True)  # checked: next look one period from now
+        client.zadd(shard, {owner_id: now}, xx=True)  # checked: next look one period from now
         if broker is None or rec.status == "running" or client.exists(keys.lease(owner_id)):
             continue  # started: the lease and the recovery sweep look after it
         if messages is None:

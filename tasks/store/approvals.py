@@ -92,8 +92,8 @@ def decide_call(
         keys.record(owner, rec.unit_id),
         keys.approvals(owner, rec.unit_id),
         keys.events(owner),
-        keys.PENDING,
-        keys.APPROVAL_DUE,
+        keys.pending(owner),
+        keys.approval_due(owner),
     ]
     args = [
         tool_use_id,

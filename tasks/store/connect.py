@@ -5,6 +5,11 @@ each new connection, and a connection that finds the old master gone (or demoted
 is dropped and made again to the new one: a promotion is followed without a restart. The password and the
 database number still come from `BATON_REDIS_URL`.
 
+With `BATON_REDIS_CLUSTER` a client is redis-py's `RedisCluster`: it learns the slots from the startup nodes,
+follows `MOVED` and `ASK`, and after a connection error to a node asks the cluster for its slots again (a
+restarted master, a promoted replica), retrying for the same ~10 s as through Sentinel. Building one also lays
+the process's keys out for the cluster (`keys.use_cluster`): sharded indexes, a unit's keys on its shard's slot.
+
 The process's shared client (`store_client`) has a blocking connection pool sized for the units the process
 runs at once (`size_pool`, from the worker's pool and concurrency): past its size a command waits for a free
 connection instead of failing. redis-py's own pool fails past 100 connections ("Too many connections"), which a
@@ -14,19 +19,23 @@ threads pool of 200 units reached.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.driver_info import DriverInfo, resolve_driver_info
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from config.settings import Settings
+from tasks.store import keys
 
 # Shared by every client: keep TCP connections alive and check an idle one before use.
 CLIENT_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
@@ -74,12 +83,34 @@ def _credentials(url: str) -> dict[str, Any]:
     return {k: parsed[k] for k in ("username", "password", "db") if parsed.get(k) is not None}
 
 
+def _cluster_options(settings: Settings) -> dict[str, Any]:
+    """What `BATON_REDIS_URL` adds to a cluster's startup nodes: credentials and TLS (a cluster has database 0 only)."""
+    options = {k: v for k, v in _credentials(settings.redis_url).items() if k != "db"}
+    if settings.redis_url.startswith("rediss://"):
+        options["ssl"] = True
+    return options
+
+
 def new_store_client(settings: Settings, *, max_connections: int | None = None, **options: Any) -> redis.Redis:
     """A new client of the store (the caller owns and closes it); `options` as for `redis.Redis`.
 
     With `max_connections` its pool is a blocking one of that size: a command waits for a free connection (up to
-    `POOL_WAIT_SECONDS`) rather than failing.
+    `POOL_WAIT_SECONDS`) rather than failing. On a cluster that is the size of each node's pool.
     """
+    keys.use_cluster(bool(settings.cluster))
+    if settings.cluster:
+        kwargs: dict[str, Any] = {"socket_keepalive": True, **_cluster_options(settings), **options}
+        if max_connections is not None:
+            # Its wait for a free connection is the pool's default, 20 s (= POOL_WAIT_SECONDS): RedisCluster hands
+            # every option to each node's client too, which takes no `timeout`.
+            kwargs.update(connection_pool_class=redis.BlockingConnectionPool, max_connections=max_connections)
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in settings.cluster], retry=_failover_retry(),
+            **kwargs,
+        )
+        # Typed as the plain client Baton's store code is written against: RedisCluster has the same commands,
+        # pipelines and scripts for keys of one slot, which is all a unit's writes touch (tasks/store/keys.py).
+        return cast(redis.Redis, cluster)
     if not settings.sentinels:
         if max_connections is None:
             return redis.Redis.from_url(settings.redis_url, **{**CLIENT_DEFAULTS, **options})
@@ -99,15 +130,21 @@ def new_store_client(settings: Settings, *, max_connections: int | None = None, 
 
 
 @lru_cache(maxsize=8)
-def _shared(redis_url: str, sentinels: tuple[tuple[str, int], ...], master: str | None) -> redis.Redis:
+def _shared(
+    redis_url: str, sentinels: tuple[tuple[str, int], ...], master: str | None, cluster: tuple[tuple[str, int], ...],
+    broker_url: str | None,
+) -> redis.Redis:
     settings = Settings(redis_url=redis_url, redis_sentinels=",".join(f"{h}:{p}" for h, p in sentinels),
-                        redis_master=master)
+                        redis_master=master, redis_cluster=",".join(f"{h}:{p}" for h, p in cluster),
+                        broker_url=broker_url)
     return new_store_client(settings, max_connections=pool_size())
 
 
 def store_client(settings: Settings) -> redis.Redis:
     """The process's pooled client of the store (a forked pool child must call `forget_clients()` first)."""
-    return _shared(settings.redis_url, tuple(settings.sentinels), settings.redis_master)
+    keys.use_cluster(bool(settings.cluster))  # a cached client was built under another process's layout call
+    return _shared(settings.redis_url, tuple(settings.sentinels), settings.redis_master, tuple(settings.cluster),
+                   settings.broker_url)
 
 
 def forget_clients() -> None:
@@ -126,6 +163,14 @@ def _driver_info() -> DriverInfo | None:
 def new_async_store_client(settings: Settings, *, max_connections: int, **options: Any) -> aioredis.Redis:
     """An asyncio client of the store with a bounded pool (one connection per blocked XREAD)."""
     options = {"driver_info": _driver_info(), **options}
+    keys.use_cluster(bool(settings.cluster))
+    if settings.cluster:
+        options.pop("timeout", None)  # no blocking pool here: past max_connections a node's request fails
+        cluster = AsyncRedisCluster(
+            startup_nodes=[AsyncClusterNode(host, port) for host, port in settings.cluster],
+            max_connections=max_connections, retry=_async_failover_retry(), **_cluster_options(settings), **options,
+        )
+        return cast(aioredis.Redis, cluster)
     if not settings.sentinels:
         pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=max_connections, **options

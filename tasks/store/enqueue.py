@@ -114,7 +114,7 @@ def enqueue_call(
             keys.queue(owner_id),
             keys.round_slot(owner_id),
             keys.events(owner_id),
-            keys.PENDING,
+            keys.pending(owner_id),
             keys.record(owner_id, turn_id),
             keys.stop(owner_id),
         ],

@@ -21,7 +21,7 @@ FAILOVER_NOTICE = (
 
 def behind_sentinel(client: redis.Redis) -> bool:
     """Whether the store is reached through Sentinel, the topology that can fail over under a unit."""
-    return isinstance(client.connection_pool, SentinelConnectionPool)
+    return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)  # a cluster has none
 
 
 def replication_id(client: redis.Redis) -> str | None:

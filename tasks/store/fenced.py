@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 
 from agent.errors import BatonError, LeaseLost
@@ -88,6 +89,15 @@ def registered(client: redis.Redis, source: str) -> Script:
     if script is None:
         script = scripts.setdefault(source, client.register_script(source))
     return script
+
+
+def run_script(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
+    """`script(keys=..., args=..., client=client)`, where `client` may be a pipeline. A cluster's pipeline cannot
+    load a script a node lacks (a restarted master has lost its script cache, and redis-py's cluster pipeline
+    does not recover from NOSCRIPT), so there the script goes whole, as EVAL."""
+    if isinstance(client, ClusterPipeline):
+        return client.eval(script.script, len(keys), *keys, *args)
+    return script(keys=keys, args=args, client=client)
 
 
 def fill(name: str) -> str:
@@ -195,7 +205,7 @@ class Fence:
         """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
         lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
         (SCRIPT EXISTS) once, however many fences it carries."""
-        self._script(keys=[self._lease_key, *batch.keys], args=[self._token, batch.ops_json()], client=pipe)
+        run_script(self._script, [self._lease_key, *batch.keys], [self._token, batch.ops_json()], pipe)
 
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
@@ -223,7 +233,7 @@ class Fence:
                 reply = self._script(keys=keys, args=args)
             else:
                 pipe = self._client.pipeline(transaction=False)  # one connection: WAIT counts its writes
-                self._script(keys=keys, args=args, client=pipe)
+                run_script(self._script, keys, args, pipe)
                 pipe.execute_command("WAIT", replicas, timeout_ms)
                 reply, acked = pipe.execute()
         if not reply:

@@ -1,12 +1,25 @@
 """Every Redis key Baton uses, in one place.
 
-Keys of one chat or run share the hash tag `{chat:ID}` / `{run:ID}`, so a Redis Cluster keeps them
-on one slot and the fenced Lua writes that touch several of them stay legal.
+Keys of one chat or run share one hash tag, so each fenced Lua write that touches several of them stays one
+atomic script on a Redis Cluster. On a plain Redis (or Sentinel) the tag is the owner, `{chat:ID}`, and the
+indexes that span units (`ACTIVE`, `PENDING`, `RUNS`, `APPROVAL_DUE`, `DELTA_TRIM`) are one key each.
+
+On a Redis Cluster (`use_cluster`) an index is `SHARDS` keys, and a unit's keys carry its shard's tag instead of
+its own: `baton:{TAG}:chat:ID:...`. A unit and its shard of every index then share one slot, so the index is
+still updated inside the unit's fenced write (the enqueue that makes a unit pending, the heartbeat that marks it
+active, the park that schedules its approval's expiry): no write of a unit can land without its index entry,
+and the sweeps keep exactly the guarantees they have on one Redis. Each sweep visits every shard (`shards`).
+Shard k's tag hashes to a slot in the k-th of `SHARDS` equal slot ranges, so the shards spread evenly over
+masters that own contiguous ranges (as `redis-cli --cluster create` and `rebalance` assign them).
 """
 
 from __future__ import annotations
 
 import re
+import zlib
+from functools import lru_cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 PREFIX = "baton"
 ID_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # \Z: `$` would let "id\n" through
@@ -19,12 +32,80 @@ DELTA_TRIM = f"{PREFIX}:deltas:trim"  # sorted set: [owner, unit, since ms] -> w
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
 
 
+# Fixed for the life of a store: another count moves every unit's keys. 64 keeps a cluster of up to 64 masters
+# balanced (one shard's slot is the smallest piece a master can hold), and a sweep's visit 5 x 64 cheap reads.
+SHARDS = 64
+INDEXES = (ACTIVE, PENDING, RUNS, APPROVAL_DUE, DELTA_TRIM)
+_cluster = [False]
+
+
+def use_cluster(on: bool) -> None:
+    """Lay keys out for a Redis Cluster (sharded indexes) or for one Redis; `tasks/store/connect.py` sets it as it
+    builds the process's store clients, so every key of a process follows its store."""
+    _cluster[0] = on
+
+
+def clustered() -> bool:
+    return _cluster[0]
+
+
+def shard(owner_id: str) -> int:
+    """Which of `SHARDS` an owner belongs to (stable across processes and releases: CRC-32, not `hash`)."""
+    return zlib.crc32(owner_id.encode()) % SHARDS
+
+
+@lru_cache(maxsize=SHARDS)
+def shard_tag(index: int) -> str:
+    """The hash tag of shard `index`: the first `index.n` whose slot falls in the index-th slot range."""
+    width = REDIS_CLUSTER_HASH_SLOTS // SHARDS
+    n = 0
+    while key_slot(f"{index}.{n}".encode()) // width != index:
+        n += 1
+    return f"{index}.{n}"
+
+
+def _sharded(name: str, index: int) -> str:
+    return f"{PREFIX}:{{{shard_tag(index)}}}{name.removeprefix(PREFIX)}"
+
+
+def index_key(name: str, owner_id: str) -> str:
+    """The key of index `name` (one of `INDEXES`) that holds `owner_id`'s entries."""
+    return _sharded(name, shard(owner_id)) if _cluster[0] else name
+
+
+def shards(name: str) -> list[str]:
+    """Every key of index `name`: what a sweep visits (one on a plain Redis)."""
+    return [_sharded(name, i) for i in range(SHARDS)] if _cluster[0] else [name]
+
+
+def active(owner_id: str) -> str:
+    return index_key(ACTIVE, owner_id)
+
+
+def pending(owner_id: str) -> str:
+    return index_key(PENDING, owner_id)
+
+
+def runs(owner_id: str) -> str:
+    return index_key(RUNS, owner_id)
+
+
+def approval_due(owner_id: str) -> str:
+    return index_key(APPROVAL_DUE, owner_id)
+
+
+def delta_trim(owner_id: str) -> str:
+    return index_key(DELTA_TRIM, owner_id)
+
+
 def owner(kind: str, ident: str) -> str:
     """`chat:ID` or `run:ID`: the unit that owns a transcript, events and a lease."""
     return f"{kind}:{ident}"
 
 
 def base(owner_id: str) -> str:
+    if _cluster[0]:
+        return f"{PREFIX}:{{{shard_tag(shard(owner_id))}}}:{owner_id}"
     return f"{PREFIX}:{{{owner_id}}}"
 
 
@@ -87,6 +168,16 @@ def recover(owner_id: str) -> str:
     return f"{base(owner_id)}:recover"
 
 
-def drain(hostname: str) -> str:
-    """Set by a worker's main process when it starts shutting down; its pool children poll it."""
+def drain(hostname: str, owner_id: str = "") -> str:
+    """Set by a worker's main process when it starts shutting down; its pool children poll it. On a cluster each
+    shard has its copy (`drains`), so the script that takes a unit reads the one on the unit's own slot."""
+    if _cluster[0]:
+        return f"{PREFIX}:{{{shard_tag(shard(owner_id))}}}:drain:{hostname}"
     return f"{PREFIX}:drain:{hostname}"
+
+
+def drains(hostname: str) -> list[str]:
+    """Every copy of `hostname`'s drain flag: what shutting down sets and starting clears (one on a plain Redis)."""
+    if _cluster[0]:
+        return [f"{PREFIX}:{{{shard_tag(i)}}}:drain:{hostname}" for i in range(SHARDS)]
+    return [f"{PREFIX}:drain:{hostname}"]

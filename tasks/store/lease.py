@@ -8,7 +8,7 @@ import uuid
 
 import redis
 
-from tasks.store.fenced import registered
+from tasks.store.fenced import registered, run_script
 from tasks.store.replies import text_or_none
 
 _RENEW = """
@@ -59,7 +59,7 @@ class Lease:
 
     def renew(self, client: redis.Redis | redis.client.Pipeline | None = None) -> bool:
         """Extend our lease; with a pipeline, queue the renewal and return True (read it from `execute`)."""
-        result = self._renew(keys=[self.key], args=[self.token, self.ttl_ms], client=client)
+        result = run_script(self._renew, [self.key], [self.token, self.ttl_ms], client)
         return True if client is not None else bool(result)
 
     def release(self) -> None:

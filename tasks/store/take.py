@@ -108,7 +108,7 @@ def take(
         keys.queue(owner_id),
         lease.key,
         keys.stop(owner_id),
-        keys.drain(hostname),
+        keys.drain(hostname, owner_id),
         keys.transcript(owner_id),
     ]
     reply = registered(client, _TAKE)(

@@ -159,7 +159,7 @@ def _start_run(store: redis.Redis, workspace: Path) -> str:
     rec = UnitRecord(kind="run", owner_id=owner, unit_id=run_id, text="note every step", workspace=str(workspace),
                      task_id="task-0", created_at=now, updated_at=now)
     store.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-    store.sadd(keys.RUNS, run_id)
+    store.sadd(keys.runs(keys.owner("run", run_id)), run_id)
     return run_id
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "test-token-authorize-0123456789"
 CHAT, RUN, CALL = "alice-c", "alice-r", "toolu_deploy"
+RUN_OWNER = keys.owner("run", RUN)
 DEPLOY = tool_call("deploy", {"env": "prod"}, id=CALL)
 
 
@@ -105,7 +106,8 @@ def _check(stack, servers: dict[str, ApiServer], tmp_path) -> None:
             assert got == (404, unknown_answer(path, probe_turn)), (style, method, path, got)
             if path.startswith("/api/runs/") or "/turns/" in path or "/approvals/" in path:
                 assert ask(api, "admin", method, path, _) == got, (style, method, path)
-    assert r.xlen(keys.events(keys.owner("chat", CHAT))) == 0 and not r.sismember(keys.RUNS, RUN)  # bob wrote nothing
+    # bob wrote nothing:
+    assert r.xlen(keys.events(keys.owner("chat", CHAT))) == 0 and not r.sismember(keys.runs(RUN_OWNER), RUN)
 
     # Alice's chat parks on an approval, her run completes: both exist now.
     alice = servers["sync"]
@@ -130,7 +132,8 @@ def _check(stack, servers: dict[str, ApiServer], tmp_path) -> None:
         # A run id bob lets the server draw is authorized as drawn (run-…, not his): refused, nothing written.
         status, answer = ask(api, "bob", "POST", "/api/runs", {"goal": "g", "workspace": str(ws)})
         assert status == 404 and answer["detail"].startswith("no run run-"), answer
-        assert not r.sismember(keys.RUNS, answer["detail"].removeprefix("no run "))
+        made = answer["detail"].removeprefix("no run ")
+        assert not r.sismember(keys.runs(keys.owner("run", made)), made)
         # Alice is served on both apps, her stream included.
         assert ask(api, "alice", "GET", f"/api/chats/{CHAT}/transcript", None)[0] == 200
         assert ask(api, "alice", "GET", f"/api/runs/{RUN}", None)[1]["status"] == "completed"
