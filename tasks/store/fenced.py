@@ -96,7 +96,7 @@ def run_script(script: Script, keys: list[str], args: list[Any], client: Any) ->
     load a script a node lacks (a restarted master has lost its script cache, and redis-py's cluster pipeline
     does not recover from NOSCRIPT), so there the script goes whole, as EVAL."""
     if isinstance(client, ClusterPipeline):
-        return client.eval(script.script, len(keys), *keys, *args)
+        return client.execute_command("EVAL", script.script, len(keys), *keys, *args)
     return script(keys=keys, args=args, client=client)
 
 
