@@ -12,6 +12,7 @@ from typing import Literal
 import redis
 from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
+from redis.exceptions import ClusterDownError, TryAgainError
 
 from config.settings import Settings
 
@@ -20,7 +21,11 @@ Part = Literal["store", "broker"]
 # What a failed publish raises: Celery reraises the transports' errors as kombu's OperationalError, but a
 # Redis broker can surface redis-py's own, and a socket error can escape before kombu wraps it.
 BROKER_ERRORS: tuple[type[BaseException], ...] = (OperationalError, redis.ConnectionError, redis.TimeoutError, OSError)
-STORE_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+# A cluster that lost a master answers CLUSTERDOWN (and TRYAGAIN while a slot moves) until the node is back or
+# replaced: an outage of the store like a refused connection, not a bug.
+STORE_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAgainError,
+)
 
 
 def store_address(settings: Settings) -> str:

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from tasks.client import Busy, NotFound, Unavailable, ValidationError
+from tasks.reach import STORE_ERRORS
 
 log = logging.getLogger("baton.web")
 
@@ -75,5 +76,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
     app.add_exception_handler(Busy, _busy)  # type: ignore[arg-type]
     app.add_exception_handler(Unavailable, _unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(redis.ConnectionError, _store_down)  # type: ignore[arg-type]
+    for error in STORE_ERRORS:
+        app.add_exception_handler(error, _store_down)  # type: ignore[arg-type]
     app.add_exception_handler(redis.TimeoutError, _store_down)  # type: ignore[arg-type]

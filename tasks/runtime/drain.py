@@ -65,7 +65,7 @@ def _set_drain_flag(hostname: str, how: Any, sig: Any) -> None:
             pipe.set(key, str(time.time()), ex=DRAIN_FLAG_TTL_S)
         pipe.execute()
         log.info("drain: %s is shutting down (%s %s); running units will checkpoint and requeue", hostname, how, sig)
-    except (redis.ConnectionError, redis.TimeoutError) as err:  # a shutdown must go on even if Redis is gone
+    except reach.STORE_ERRORS as err:  # a shutdown must go on even if Redis is gone
         unreachable = reach.Unavailable("store", settings, err)
         log.error("drain: could not set the drain flag for %s: %s", hostname, unreachable)
     except Exception:
@@ -152,7 +152,7 @@ def _telling(place: Outage) -> Iterator[None]:
     """Run one sweep step: an outage of `place` is told once (and its end), any other failure each time."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as err:
+    except reach.STORE_ERRORS as err:
         if (line := place.failed(err, time.monotonic())) is not None:
             log.error("%s", line)
     except Exception:

@@ -1,0 +1,269 @@
+"""Baton's store on a real 3-master Redis Cluster, with a separate Redis as the broker.
+
+One private cluster serves the module (each test uses chats and runs of its own); each test has its own
+broker, fake provider and workers. What is proved here is what a cluster changes: every unit's writes stay
+on one slot (a cross-slot script fails with CROSSSLOT), the sharded indexes keep single flight, recovery of a
+lost worker and approval expiry, live text reaches `baton serve`, and a master's restart is followed. The
+rest of the suite proves the same code on a single Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from agent.messages import DEPLOY_NOTICE
+from tasks.store import keys
+from tests.conftest import Stack
+from tests.support import counting_tools
+from tests.support.fake_anthropic import FakeMessagesServer, Fault, Reply, Script, failing, text, tool_call
+from tests.support.live_text import assistant_texts, fold
+from tests.support.processes import RedisServer, wait_until
+from tests.support.redis_cluster import PrivateCluster, find_cluster_binaries, key_slot
+from tests.support.web_server import ApiServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("cluster")]
+
+STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
+SLOW = {"pace": 0.2, "parts": 20}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateCluster]:
+    if find_cluster_binaries() is None:
+        pytest.skip("no Redis 7 redis-server and redis-cli (Debian: apt-get install redis-server; .ci/run does)")
+    with PrivateCluster(tmp_path_factory.mktemp("cluster"), masters=3) as started:
+        yield started
+
+
+@pytest.fixture(autouse=True)
+def _plain_layout_after() -> Iterator[None]:
+    # A client built here lays this process's keys out for the cluster; the next module's tests expect one Redis.
+    yield
+    keys.use_cluster(False)
+
+
+@pytest.fixture
+def cstack(cluster: PrivateCluster, redis_server: RedisServer, fake_api: FakeMessagesServer,
+           tmp_path: Path) -> Iterator[Stack]:
+    """A Stack whose store is the cluster; the broker, and the counting tools' counters, are `redis_server`."""
+    s = Stack(redis_server, fake_api, tmp_path)
+    s.env.update(
+        {
+            "BATON_REDIS_CLUSTER": cluster.startup_nodes,
+            "BATON_REDIS_URL": f"redis://127.0.0.1:{cluster.masters()[0].port}/0",  # the password's place only
+            "BATON_BROKER_URL": redis_server.url,
+            "BATON_TEST_COUNTER_URL": redis_server.url,
+        }
+    )
+    yield s
+    s.stop()
+
+
+def _store(cluster: PrivateCluster) -> redis.Redis:
+    nodes = [ClusterNode("127.0.0.1", int(a.rpartition(":")[2])) for a in cluster.startup_nodes.split(",")]
+    return RedisCluster(startup_nodes=nodes)  # type: ignore[return-value]
+
+
+def _counter(stack: Stack) -> redis.Redis:
+    return redis.Redis.from_url(stack.redis_server.url)
+
+
+def _tool_then(call: Reply, answer: Reply):
+    """A handler for many conversations at once: each calls the tool, then answers once the result is in."""
+
+    def handle(body: dict, index: int) -> Reply:
+        blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        return answer if any(b.get("type") == "tool_result" for b in blocks) else call
+
+    return handle
+
+
+def _chats_on_every_master(cluster: PrivateCluster, prefix: str, per_master: int = 2) -> list[str]:
+    """Chat ids whose keys land on each master in turn (found by hashing, as the store will place them)."""
+    keys.use_cluster(True)
+    wanted = {m.port: per_master for m in cluster.masters()}
+    chats: list[str] = []
+    n = 0
+    while any(wanted.values()):
+        chat = f"{prefix}-{n}"
+        n += 1
+        port = cluster.master_for_slot(key_slot(keys.record(keys.owner("chat", chat), "x"))).port
+        if wanted[port]:
+            wanted[port] -= 1
+            chats.append(chat)
+    return chats
+
+
+def test_a_tool_round_on_every_master_writes_each_unit_on_one_slot(cstack, cluster):
+    """Chats on all three masters each run a write tool once and answer; every key a chat's turn wrote, its
+    shards of the indexes included, is on one slot (a script touching two would have failed: CROSSSLOT)."""
+    cstack.fake_api.set_handler(_tool_then(tool_call("record_note", {"note": "cluster"}), text("noted")))
+    cstack.worker(concurrency=4, pool="threads")
+    client = cstack.client()
+    chats = _chats_on_every_master(cluster, "round")
+    refs = [client.send_message(chat, f"note for {chat}") for chat in chats]
+    for ref in refs:
+        assert client.wait(ref, timeout=60).reply == "noted"
+    assert counting_tools.calls(_counter(cstack), "record_note") == len(chats)
+    store = _store(cluster)
+    for chat in chats:
+        owner = keys.owner("chat", chat)
+        written = [k for m in cluster.masters() for k in redis.Redis(port=m.port).keys(f"*:{owner}:*")]
+        slots = {key_slot(k) for k in written} | {key_slot(keys.pending(owner)), key_slot(keys.active(owner))}
+        assert len(written) >= 5 and len(slots) == 1, (chat, written)
+        calls = [m for m in client.transcript(chat) if m.role == "assistant"]
+        assert calls[-1].text == "noted"
+    # The chats' keys are spread: every master holds some.
+    assert all(redis.Redis(port=m.port).dbsize() > 0 for m in cluster.masters())
+    assert store.ping()
+
+
+def test_one_turn_at_a_time_per_chat_across_two_workers(cstack):
+    """Four messages to one chat, two workers of four threads: each request carries every answer before it,
+    so no two of its turns ever ran at once."""
+    slow = Reply([{"type": "text", "text": "an answer"}], pace=0.02, parts=5)
+    cstack.fake_api.set_handler(lambda body, index: slow)
+    cstack.worker("a", concurrency=4, pool="threads")
+    cstack.worker("b", concurrency=4, pool="threads")
+    client = cstack.client()
+    refs = [client.send_message("single", f"message {i}") for i in range(4)]
+    for ref in refs:
+        assert client.wait(ref, timeout=60).status == "completed"
+    lengths = sorted(len(r["messages"]) for r in cstack.fake_api.requests)
+    assert lengths == [1, 3, 5, 7]
+
+
+def test_a_sigterm_drain_hands_the_turn_to_the_other_worker(cstack):
+    """A deploy on the cluster: the drained turn finishes on the other worker with one reply."""
+    cstack.fake_api.set_handler(Script([STALL, text("the one reply")]))
+    worker_a = cstack.worker("a")
+    client = cstack.client()
+    ref = client.send_message("drain-c", "hello")
+    assert cstack.fake_api.wait_for_requests(1, timeout=30)
+    cstack.worker("b")
+    worker_a.terminate()
+    worker_a.wait_exit(timeout=15)
+    result = client.wait(ref, timeout=60)
+    assert result.status == "completed" and result.reply == "the one reply"
+    assert [m.text for m in client.transcript("drain-c") if m.role == "assistant"] == ["the one reply"]
+
+
+def test_a_sigkilled_worker_is_recovered_by_the_sweep_and_no_write_runs_twice(cstack, tmp_path):
+    """SIGKILL mid-run: the other worker's sweep finds the unit in its shard of the active index and resumes
+    it; the write tool before the kill ran once."""
+    ttl = 3.0
+    env = {"BATON_LEASE_TTL": str(ttl)}
+    cstack.fake_api.set_handler(Script([tool_call("record_note", {"note": "a"}), STALL, text("all done")]))
+    worker_a = cstack.worker("a", **env)
+    client = cstack.client(**env)
+    ref = client.start_run("write a note", workspace=tmp_path)
+    assert cstack.fake_api.wait_for_requests(2, timeout=30)
+    worker_a.kill9()
+    killed = time.monotonic()
+    cstack.worker("b", **env)
+    status = client.wait(ref, timeout=60)
+    assert status.status == "completed" and status.reply == "all done", status
+    print(f"cluster: SIGKILL recovered and finished {time.monotonic() - killed:.1f}s after the kill")
+    assert status.interruptions == 1
+    assert counting_tools.calls(_counter(cstack), "record_note") == 1
+    notices = [m.text for m in client.transcript(ref.run_id) if m.role == "notice"]
+    assert DEPLOY_NOTICE.format(attempt=1, max_attempts=3) in notices
+
+
+def test_approvals_on_the_cluster_run_once_when_approved_and_expire_as_denied(cstack):
+    """One chat's call is approved and runs once; another's is left undecided and the sweep denies it."""
+    cstack.fake_api.set_handler(_tool_then(tool_call("deploy", {"env": "prod"}, id="toolu_deploy"), text("finished")))
+    cstack.worker(BATON_APPROVAL_TTL="2", BATON_LEASE_TTL="4")
+    client = cstack.client()
+    approved, expired = client.send_message("ok-c", "ship it"), client.send_message("late-c", "ship it")
+    for ref in (approved, expired):
+        assert client.wait(ref, timeout=30).waiting_reason == "approval"
+    client.approve("ok-c", "toolu_deploy", by="alice")
+    assert client.wait(approved, timeout=30).reply == "finished"
+    wait_until(lambda: client.turn("late-c", expired.turn_id).status == "completed", 30, interval=0.2,
+               what="the sweep to expire the approval and the turn to finish")
+    denied = [e for e in client.events("late-c") if e.type == "tool.denied"]
+    assert denied and denied[0].model_extra["reason"] == "approval expired"
+    assert counting_tools.calls(_counter(cstack), "deploy") == 1
+
+
+def test_live_text_reaches_baton_serve_from_the_cluster(cstack, tmp_path):
+    """A browser's SSE stream from `baton serve` on the cluster folds to the transcript's answer."""
+    slow = Reply([{"type": "text", "text": "A slow answer streamed from a cluster."}], **SLOW)
+    cstack.fake_api.set_handler(Script([slow]))
+    cstack.worker()
+    api = ApiServer(dict(cstack.env), tmp_path).start()
+    try:
+        with api.stream("/api/chats/live-c/stream") as s:
+            assert api.post("/api/chats/live-c/messages", {"text": "hi"})[0] == 202
+            messages = s.read_until(lambda m: m.event in ("turn.completed", "turn.failed"))
+    finally:
+        api.stop()
+    assert messages[-1].event == "turn.completed"
+    assert sum(m.event == "text.delta" for m in messages) > 1
+    folded = fold([m.data for m in messages])
+    assert list(folded.texts.values()) == list(assistant_texts(cstack.client().transcript("live-c")).values())
+    assert list(folded.texts.values()) == ["A slow answer streamed from a cluster."]
+
+
+def test_a_master_killed_and_restarted_mid_run_is_followed(cstack, cluster, tmp_path):
+    """kill -9 of the master that holds a run's slot while the run streams, then its restart (AOF): the worker
+    follows the node back without a restart, the run finishes, and its write tool ran once."""
+    slow = Reply([{"type": "text", "text": "streaming while a master restarts"}], pace=0.25, parts=16)
+    cstack.fake_api.set_handler(Script([tool_call("record_note", {"note": "before"}), slow, text("done")]))
+    cstack.worker()
+    client = cstack.client()
+    ref = client.start_run("write, then talk", workspace=tmp_path, run_id="restart-r")
+    assert cstack.fake_api.wait_for_requests(2, timeout=30)
+    master = cluster.master_for_slot(key_slot(keys.record(keys.owner("run", "restart-r"), "restart-r")))
+    master.kill9()
+    started = time.monotonic()
+    master.restart()
+    cluster.wait_ok()
+    print(f"cluster: master {master.port} back {time.monotonic() - started:.1f}s after kill -9")
+    status = client.wait(ref, timeout=90)
+    assert status.status == "completed", status
+    assert counting_tools.calls(_counter(cstack), "record_note") == 1
+    wait_until(lambda: client.run_status("restart-r").status == "completed", 5)
+
+
+class _CountingApp:
+    """Stands in for the Celery app a sweep publishes through: counts what it would send."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send_task(self, name: str, args: list[str], **_: object) -> None:
+        self.sent.append(args[0])
+
+
+def test_one_sweep_visits_every_shard_of_the_active_index(cstack):
+    """A lost running turn in each of the 64 shards (running, no lease, a heartbeat older than the lease): one
+    pass of the recovery sweep requeues every one of them, each once."""
+    from tasks.runtime.sweeper import sweep_once
+
+    client = cstack.client(BATON_QUEUE=f"{cstack.queue}-nowhere")  # sends that no worker takes
+    settings = client.settings
+    keys.use_cluster(True)
+    chats: dict[int, str] = {}
+    n = 0
+    while len(chats) < keys.SHARDS:
+        chat = f"lost-{n}"
+        n += 1
+        chats.setdefault(keys.shard(keys.owner("chat", chat)), chat)
+    stale = time.time() - 10 * settings.lease_ttl
+    for chat in chats.values():
+        ref = client.send_message(chat, "hello")
+        owner = keys.owner("chat", chat)
+        client.redis.hset(keys.record(owner, ref.turn_id), "status", '"running"')
+        client.redis.zadd(keys.active(owner), {owner: stale})
+    app = _CountingApp()
+    recovered = sweep_once(client.redis, app, settings)  # type: ignore[arg-type]
+    assert sorted(recovered) == sorted(keys.owner("chat", c) for c in chats.values())
+    assert sorted(app.sent) == sorted(chats.values())
