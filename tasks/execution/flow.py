@@ -39,7 +39,7 @@ from tasks.execution.requeue import Requeueing
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
-from tasks.store.failover import behind_sentinel, replid
+from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
@@ -101,12 +101,12 @@ class Execution(Requeueing):
         lease = Lease(
             client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        # Behind Sentinel, where the store can fail over under this execution: read now (before `take` may
-        # write the start), compared at the settle.
-        if behind_sentinel(client):
-            info = client.info("replication")
+        # Behind Sentinel or on a cluster, where the store can fail over under this execution: read now (before
+        # `take` may write the start), compared at the settle.
+        if (master := master_of(client, unit.record_key)) is not None:
+            info = master.info("replication")
             self.replication_id = replid(info)
-            REPLICAS.note(client, info)  # the replicas a write tool's entry waits for, read in the same reply
+            REPLICAS.note(master, info)  # the replicas a write tool's entry waits for, read in the same reply
         # One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
         # (the common case, a unit's first start) the start itself.
         taken = take(

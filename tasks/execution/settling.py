@@ -25,7 +25,7 @@ from agent.provider.replay import RequestFailed
 from tasks.execution import wiring
 from tasks.store import keys, settled
 from tasks.store.approvals import due_member
-from tasks.store.failover import FAILOVER_NOTICE, failed_over, replication_id
+from tasks.store.failover import FAILOVER_NOTICE, failed_over, master_of, replication_id
 from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
@@ -139,7 +139,9 @@ class Settling:
         )
         unit = self.unit
         batch = Batch()
-        failover = self.replication_id is not None and failed_over(self.replication_id, replication_id(self.client))
+        failover = self.replication_id is not None and failed_over(
+            self.replication_id, replication_id(master_of(self.client, unit.record_key) or self.client)
+        )
         if failover:
             # Not silent: what the failover may have cost is in the outcome (a notice, and a mark on the event).
             extra = [*(extra or []), notice("failover", FAILOVER_NOTICE, unit.unit_id)]

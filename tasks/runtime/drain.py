@@ -110,7 +110,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
 
 def _sweep_forever(hostname: str) -> None:
     """Clear this worker's stale drain flag, then sweep every `interval` until shutdown, through outages."""
-    client = wiring.store(settings)
+    client: redis.Redis | None = None  # built in the loop: a cluster's client asks its nodes as it is built
     interval = min(2.0, settings.lease_ttl / 4)
     # Lost broker messages can be looked for only in a Redis broker: kombu's Redis transport pops a message
     # before recording it as unacked. RabbitMQ keeps an unacknowledged message until its consumer's channel
@@ -126,6 +126,8 @@ def _sweep_forever(hostname: str) -> None:
     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
     while True:
         with _telling(store):
+            if client is None:
+                client = wiring.store(settings)
             if not cleared:
                 pipe = client.pipeline(transaction=False)
                 for key in keys.drains(hostname):  # one DEL each: a cluster's DEL takes the keys of one slot
@@ -138,7 +140,7 @@ def _sweep_forever(hostname: str) -> None:
                 trim_live_text(client, time.time())
                 for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
                     log.info("approval of %s expired: denied", tool_use_id)
-        if cleared and store.since is None and time.monotonic() >= next_lost_check:
+        if cleared and client is not None and store.since is None and time.monotonic() >= next_lost_check:
             next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
             with _telling(lost_messages):  # on RabbitMQ (broker None): only forgets finished owners
                 for owner_id in sweep_lost_messages(client, broker, app, settings):

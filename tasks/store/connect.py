@@ -31,6 +31,7 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.driver_info import DriverInfo, resolve_driver_info
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -104,10 +105,17 @@ def new_store_client(settings: Settings, *, max_connections: int | None = None, 
             # Its wait for a free connection is the pool's default, 20 s (= POOL_WAIT_SECONDS): RedisCluster hands
             # every option to each node's client too, which takes no `timeout`.
             kwargs.update(connection_pool_class=redis.BlockingConnectionPool, max_connections=max_connections)
-        cluster = RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in settings.cluster], retry=_failover_retry(),
-            **kwargs,
-        )
+        try:
+            cluster = RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in settings.cluster], retry=_failover_retry(),
+                **kwargs,
+            )
+        except RedisClusterException as err:
+            # redis-py asks the startup nodes for the slots as it builds the client; none answering is an outage
+            # of the store (the sweeps and the client's callers wait it out), not a bug. Nothing is cached.
+            if "cannot be connected" in str(err):
+                raise redis.ConnectionError(f"no startup node of the cluster answered: {err}") from err
+            raise
         # Typed as the plain client Baton's store code is written against: RedisCluster has the same commands,
         # pipelines and scripts for keys of one slot, which is all a unit's writes touch (tasks/store/keys.py).
         return cast(redis.Redis, cluster)

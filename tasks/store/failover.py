@@ -11,6 +11,7 @@ failover fell in between, and its outcome states what that may have cost.
 from __future__ import annotations
 
 import redis
+from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
 FAILOVER_NOTICE = (
@@ -22,6 +23,18 @@ FAILOVER_NOTICE = (
 def behind_sentinel(client: redis.Redis) -> bool:
     """Whether the store is reached through Sentinel, the topology that can fail over under a unit."""
     return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)  # a cluster has none
+
+
+def master_of(client: redis.Redis, key: str) -> redis.Redis | None:
+    """The client through which a write of `key` is confirmed by replicas (WAIT counts the writes of its own
+    connection) and its master's replication history read, where the store can fail over: the client itself
+    behind Sentinel; on a cluster, the client of the master that holds `key`'s slot now (each master has its own
+    replicas and its own failovers). None on one plain Redis, which has nothing to fail over to."""
+    store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
+    if isinstance(store, RedisCluster):
+        node: redis.Redis = store.get_node_from_key(key).redis_connection
+        return node
+    return client if behind_sentinel(client) else None
 
 
 def replication_id(client: redis.Redis) -> str | None:

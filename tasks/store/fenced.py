@@ -216,10 +216,13 @@ class Fence:
         with self._lock:
             self._held = batch if self._held is None else Batch().extend(self._held).extend(batch)
 
-    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
+    def commit(
+        self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0, via: redis.Redis | None = None
+    ) -> list[Any]:
         """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
         `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
-        `ReplicationUnconfirmed` if they do not within `timeout_ms`."""
+        `ReplicationUnconfirmed` if they do not within `timeout_ms`. `via`: the client of the master that holds
+        the batch's slot, on a cluster (`failover.master_of`), where a keyless WAIT would go to any node."""
         with self._lock:
             if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
                 batch, self._held = Batch().extend(self._held).extend(batch), None
@@ -232,7 +235,7 @@ class Fence:
             if not replicas:
                 reply = self._script(keys=keys, args=args)
             else:
-                pipe = self._client.pipeline(transaction=False)  # one connection: WAIT counts its writes
+                pipe = (via or self._client).pipeline(transaction=False)  # one connection: WAIT counts its writes
                 run_script(self._script, keys, args, pipe)
                 pipe.execute_command("WAIT", replicas, timeout_ms)
                 reply, acked = pipe.execute()

@@ -16,7 +16,7 @@ import redis
 from agent.events import encode_event
 from agent.loop.edge import EventDraft
 from tasks.store import keys
-from tasks.store.failover import behind_sentinel
+from tasks.store.failover import master_of
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
 from tasks.store.replicas import REPLICAS, replicas_to_confirm
 from tasks.store.replies import text
@@ -59,7 +59,8 @@ class RedisJournal:
         # Behind Sentinel, a write tool's write-ahead entry must reach the master's replicas (at most
         # `min_replicas`) before the tool runs: Redis replicates asynchronously, and a failover that lost the entry
         # would let a replay run the tool again (tasks/store/replicas.py).
-        self.sentinel = behind_sentinel(client)
+        self.master = master_of(client, self.key)  # None: one plain Redis, nothing to confirm with
+        self.sentinel = self.master is not None
         self.min_replicas = min_replicas
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
@@ -82,7 +83,7 @@ class RedisJournal:
         prior = self.steps.get(step_id)
         confirm = 0
         if record.get("status") == "committing" and self.sentinel:
-            confirm = replicas_to_confirm(REPLICAS.count(self._client), self.min_replicas)
+            confirm = replicas_to_confirm(REPLICAS.count(self.master or self._client), self.min_replicas)
             if not confirm:
                 # No replica online (right after a failover, say): nothing a failover could promote over the entry,
                 # so the tool runs, and its outcome says it ran unreplicated.
@@ -106,7 +107,7 @@ class RedisJournal:
         self.add_events(batch, events)
         if confirm:
             try:
-                self._fence.commit(batch, replicas=confirm, timeout_ms=REPLICA_CONFIRM_MS)
+                self._fence.commit(batch, replicas=confirm, timeout_ms=REPLICA_CONFIRM_MS, via=self.master)
             except ReplicationUnconfirmed as err:
                 raise self._unconfirmed(step_id, record, prior, err) from None
         elif last and not self.sentinel:
@@ -129,7 +130,8 @@ class RedisJournal:
         write of its own (WAIT only answers after the entry's write): a failover that kept the entry and lost the
         mark leaves `committing`, and the call is then answered as interrupted, never run twice.
         """
-        REPLICAS.forget(self._client)  # the count WAIT asked for may be stale: a replica gone, a new master
+        # The count WAIT asked for may be stale: a replica gone, a new master.
+        REPLICAS.forget(self.master or self._client)
         waits = int(prior.get("waits", 0)) + 1 if prior is not None and prior.get("status") == "unconfirmed" else 1
         name = str(record.get("name"))
         mark = {"kind": "tool", "status": "unconfirmed", "name": name, "waits": waits}

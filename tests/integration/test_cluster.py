@@ -267,3 +267,53 @@ def test_one_sweep_visits_every_shard_of_the_active_index(cstack):
     recovered = sweep_once(client.redis, app, settings)  # type: ignore[arg-type]
     assert sorted(recovered) == sorted(keys.owner("chat", c) for c in chats.values())
     assert sorted(app.sent) == sorted(chats.values())
+
+
+def test_a_master_failover_is_followed_and_the_write_confirmed_before_it_runs_once(
+    redis_server: RedisServer, fake_api: FakeMessagesServer, tmp_path: Path
+):
+    """A cluster with a replica per master. A run's write tool is mid-call when its slot's master is killed and
+    the replica promoted: the write-ahead entry had been confirmed by that master's replica (WAIT on the
+    master's own connection), so the run completes on the same worker, never restarted, with the write run
+    once and its outcome stating the failover. A chat whose master did not fail over says nothing of it."""
+    if find_cluster_binaries() is None:
+        pytest.skip("no Redis 7 redis-server and redis-cli (Debian: apt-get install redis-server; .ci/run does)")
+    from tasks.store.failover import FAILOVER_NOTICE
+
+    with PrivateCluster(tmp_path / "replicated", masters=3, replicas=1) as replicated:
+        stack = Stack(redis_server, fake_api, tmp_path)
+        stack.env.update({
+            "BATON_REDIS_CLUSTER": replicated.startup_nodes,
+            "BATON_REDIS_URL": f"redis://127.0.0.1:{replicated.masters()[0].port}/0",
+            "BATON_BROKER_URL": redis_server.url,
+            "BATON_TEST_COUNTER_URL": redis_server.url,
+        })
+        counter = redis.Redis.from_url(redis_server.url, socket_timeout=None)
+        try:
+            fake_api.set_handler(_tool_then(tool_call("blocking_write", {"note": "once"}), text("ran")))
+            stack.worker("a")
+            client = stack.client()
+            ref = client.start_run("write across the failover", workspace=tmp_path, run_id="failover-r")
+            assert counter.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+            master = replicated.master_for_slot(key_slot(keys.record(keys.owner("run", "failover-r"), "failover-r")))
+            started = time.monotonic()
+            promoted = replicated.fail_master(master)
+            print(f"cluster: replica {promoted.port} promoted {time.monotonic() - started:.1f}s after kill -9")
+            counter.rpush(counting_tools.RELEASE_KEY, "go")
+            status = client.wait(ref, timeout=90)
+            assert status.status == "completed" and status.reply == "ran", status
+            assert counting_tools.calls(counter, "blocking_write") == 1
+            [result] = [e for e in client.events("failover-r") if e.type == "tool.result"]
+            assert not result.model_dump().get("unreplicated")  # a replica was online: the entry waited for it
+            [done] = [e for e in client.events("failover-r") if e.type == "run.completed"]
+            assert done.model_dump().get("store_failover") is True
+            notes = [b.text for m in client.transcript("failover-r") if m.role == "notice" for b in m.content]
+            assert FAILOVER_NOTICE in notes
+            [other] = [c for c in _chats_on_every_master(replicated, "calm", 1)
+                       if replicated.master_for_slot(key_slot(keys.record(keys.owner("chat", c), "x"))) is not promoted
+                       ][:1]
+            fake_api.set_handler(lambda body, index: text("calm"))
+            assert client.wait(client.send_message(other, "hello"), timeout=60).reply == "calm"
+            assert not any(e.model_dump().get("store_failover") for e in client.events(other))
+        finally:
+            stack.stop()

@@ -38,15 +38,18 @@ class Store:
         self.client.info = lambda section="": {"role": "master", "master_replid": "abc", **lines()}  # type: ignore[method-assign]
         commit = Fence.commit
 
-        def waiting_commit(fence: Fence, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
+        def waiting_commit(
+            fence: Fence, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0, via: Any = None
+        ) -> list[Any]:
             replies = commit(fence, batch)
             if replicas and self.acks.pop(0) < replicas:
                 raise ReplicationUnconfirmed(f"0 of {replicas} replicas confirmed the write within {timeout_ms} ms")
             return replies
 
         monkeypatch.setattr(Fence, "commit", waiting_commit)
-        monkeypatch.setattr(flow, "behind_sentinel", lambda client: True)
-        monkeypatch.setattr(journal_module, "behind_sentinel", lambda client: True)
+        # As behind Sentinel: the store itself is the master a write is confirmed through.
+        monkeypatch.setattr(flow, "master_of", lambda client, key: client)
+        monkeypatch.setattr(journal_module, "master_of", lambda client, key: client)
         monkeypatch.setattr(journal_module.REPLICAS, "_ttl", 0.0)  # read the (simulated) master every time
         monkeypatch.setattr(wiring, "redis_client", lambda url: self.client)
         monkeypatch.setattr(counting_tools, "_redis", lambda: self.client)

@@ -48,7 +48,7 @@ class WaitingFence(Fence):
         self.acks = acks
         self.waited: list[int] = []
 
-    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0) -> list[Any]:
+    def commit(self, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0, via: Any = None) -> list[Any]:
         replies = super().commit(batch)
         if replicas:
             self.waited.append(replicas)
@@ -82,7 +82,7 @@ def client() -> fakeredis.FakeRedis:
 
 def _journal(client: fakeredis.FakeRedis, fence: Fence, *, min_replicas: int = 1) -> RedisJournal:
     journal = RedisJournal(client, fence, owner_id=OWNER, unit_id=TURN, generation=0, min_replicas=min_replicas)
-    journal.sentinel = True  # as behind Sentinel (fakeredis has no Sentinel pool)
+    journal.sentinel, journal.master = True, client  # as behind Sentinel (fakeredis has no Sentinel pool)
     return journal
 
 
