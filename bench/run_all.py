@@ -40,6 +40,7 @@ SCRIPTS = [
     "prompt_cache",
     "concurrency",
     "providers",
+    "cluster",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
