@@ -317,3 +317,29 @@ def test_a_master_failover_is_followed_and_the_write_confirmed_before_it_runs_on
             assert not any(e.model_dump().get("store_failover") for e in client.events(other))
         finally:
             stack.stop()
+
+
+def test_a_slot_moved_to_another_master_mid_turn_is_followed(cstack, cluster):
+    """The slot of a streaming chat's shard migrates to another master key batch by key batch (ASK while it
+    moves, MOVED after): the turn completes with one answer, the next turn of the chat completes on the new
+    master, and every key of the chat is there."""
+    slow = Reply([{"type": "text", "text": "streaming while my slot moves"}], pace=0.15, parts=20)
+    cstack.fake_api.set_handler(lambda body, index: slow if len(body["messages"]) == 1 else text("after the move"))
+    cstack.worker()
+    client = cstack.client()
+    ref = client.send_message("moving-c", "hello")
+    assert cstack.fake_api.wait_for_requests(1, timeout=30)
+    owner = keys.owner("chat", "moving-c")
+    slot = key_slot(keys.record(owner, ref.turn_id))
+    source = cluster.master_for_slot(slot)
+    target = next(m for m in cluster.masters() if m.port != source.port)
+    cluster.move_slot(slot, target, batch=3)
+    first = client.wait(ref, timeout=60)
+    assert first.status == "completed" and first.reply == "streaming while my slot moves", first
+    second = client.wait(client.send_message("moving-c", "again"), timeout=60)
+    assert second.status == "completed" and second.reply == "after the move"
+    assert [m.text for m in client.transcript("moving-c") if m.role == "assistant"] == [
+        "streaming while my slot moves", "after the move"
+    ]
+    assert cluster.master_for_slot(slot).port == target.port
+    assert redis.Redis(port=target.port).keys(f"*:{owner}:*") and not redis.Redis(port=source.port).keys(f"*:{owner}:*")

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -296,6 +297,32 @@ class PrivateCluster:
     def replica_of(self, master: PrivateNode) -> PrivateNode:
         master_id = next(v.node_id for v in self.view() if v.port == master.port)
         return next(self._node_at(v.port) for v in self.view() if v.master_id == master_id)
+
+    def move_slot(
+        self, slot: int, to: PrivateNode, *, batch: int = 10, between: Callable[[], None] | None = None
+    ) -> None:
+        """Migrate `slot` to master `to` as `redis-cli --cluster reshard` does, key batch by key batch: while it
+        moves, a client is sent on with ASK for the keys already gone (TRYAGAIN for a command that spans both
+        sides); afterwards with MOVED. `between` runs after each batch (a test's look at the half-moved slot)."""
+        source = self.master_for_slot(slot)
+        ids = {v.port: v.node_id for v in self.view()}
+        _ask(to.port, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", ids[source.port])
+        _ask(source.port, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", ids[to.port])
+        client = redis.Redis(port=source.port)
+        try:
+            while moving := client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                client.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *moving)
+                if between is not None:
+                    between()
+        finally:
+            client.close()
+        for node in self.masters():
+            _ask(node.port, "CLUSTER", "SETSLOT", str(slot), "NODE", ids[to.port])
+        wait_until(lambda: all(self._owner_seen_by(n, slot) == to.port for n in self._live()), 20,
+                   what=f"every node to see slot {slot} on {to.port}")
+
+    def _owner_seen_by(self, node: PrivateNode, slot: int) -> int | None:
+        return next((v.port for v in node.nodes() if v.is_master and any(slot in r for r in v.slots)), None)
 
     def fail_master(self, master: PrivateNode, timeout: float = 20) -> PrivateNode:
         """SIGKILL a master; returns its replica once every running node shows it promoted and the cluster ok."""
