@@ -203,6 +203,9 @@ def test_live_text_reaches_baton_serve_from_the_cluster(cstack, tmp_path):
         with api.stream("/api/chats/live-c/stream") as s:
             assert api.post("/api/chats/live-c/messages", {"text": "hi"})[0] == 202
             messages = s.read_until(lambda m: m.event in ("turn.completed", "turn.failed"))
+        assert api.request("GET", "/healthz") == (200, {"status": "ok"})  # every master answers
+        status, transcript = api.request("GET", "/api/chats/live-c/transcript")
+        assert status == 200 and len(transcript) == 2, transcript
     finally:
         api.stop()
     assert messages[-1].event == "turn.completed"
