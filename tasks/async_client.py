@@ -43,6 +43,7 @@ from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 from tasks.store.settled_watch import SettledWatch, SlotWatch
 from tasks.store.tail import BLOCK_MS, tail
 from tasks.store.withdrawal import WITHDRAW, withdraw_call
+from tasks.store.xread import axread
 
 __all__ = ["AsyncClient"]
 
@@ -321,7 +322,7 @@ class AsyncClient:
     ) -> list[Event]:
         """Events after `after`, waiting up to `block_ms` for the first one."""
         key = keys.events(await self._owner(ident, kind))
-        found = await self.redis.xread({key: after or "0-0"}, block=block_ms, count=500)
+        found = await axread(self.redis, {key: after or "0-0"}, block=block_ms, count=500)
         return core.events_of(read_entries(found or []))
 
     async def stream(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> AsyncIterator[Event]:

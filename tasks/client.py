@@ -36,6 +36,7 @@ from tasks.store.enqueue import Enqueue
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
+from tasks.store.xread import xread
 
 __all__ = [
     "BY_MAX",
@@ -166,7 +167,7 @@ class Client:
             if done is not None:
                 return done
             block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            entries = read_entries(self.redis.xread({key: last_id}, block=block_ms, count=100) or [])
+            entries = read_entries(xread(self.redis, {key: last_id}, block=block_ms, count=100) or [])
             if entries:
                 last_id = entries[-1][0]
             if core.settled_news(entries, unit):
@@ -245,7 +246,7 @@ class Client:
     ) -> list[Event]:
         """Events after `after`, waiting up to `block_ms` for the first one."""
         key = keys.events(self._owner(ident, kind))
-        found = self.redis.xread({key: after or "0-0"}, block=block_ms, count=500)
+        found = xread(self.redis, {key: after or "0-0"}, block=block_ms, count=500)
         return core.events_of(read_entries(found or []))
 
     # -- approvals -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from redis.crc import key_slot
 from redis.typing import KeyT, StreamIdT
 
 from tasks.store.replies import Entry, read_streams
+from tasks.store.xread import axread
 
 BLOCK_MS = 5_000  # one XREAD BLOCK of the reader; a new waiter's stream unblocks it sooner
 COUNT = 100  # entries per stream per read
@@ -224,7 +225,7 @@ class SlotWatch:
                            for key in streams if key in self._subs}
                 if not watched:
                     return
-                found = await self._store.xread(cast(dict[KeyT, StreamIdT], watched), block=BLOCK_MS, count=COUNT)
+                found = await axread(self._store, watched, block=BLOCK_MS, count=COUNT)
                 for key, entries in read_streams(found or []):
                     for sub in list(self._subs.get(key, ())):
                         sub.deliver(entries)

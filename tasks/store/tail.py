@@ -11,6 +11,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from tasks.store.xread import axread
+
 START = "0-0"
 BATCH = 500  # entries per XRANGE/XREAD call
 BLOCK_MS = 60_000  # one XREAD BLOCK; a disconnect cancels it sooner, and fewer re-issues cost less CPU when idle
@@ -40,6 +42,6 @@ async def tail(
         if len(backlog) < BATCH:
             break
     while True:
-        found: Any = await store.xread({key: last}, block=block_ms, count=BATCH)
+        found: Any = await axread(store, {key: last}, block=block_ms, count=BATCH)
         for last, raw in entries_of(found[0][1] if found else None):  # binds `last` likewise
             yield last, raw
