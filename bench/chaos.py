@@ -2,6 +2,7 @@
 
     python -m bench.chaos --minutes 10 --runs 6 --chats 6 --seed 1
     python -m bench.chaos --short                     # ~60-90 s, what tests/integration/test_chaos_short.py runs
+    python -m bench.chaos --short --store cluster     # the store on a private 3-master Redis Cluster
 
 What runs: a private AOF redis-server (the store, broker and result backend; kill -9'd and restarted), a second
 private redis-server that is never restarted (the probe's counts, so they survive the chaos), the fake Messages API
@@ -19,6 +20,14 @@ left queued/running/waiting, every note executed exactly once (0 only where the 
 placeholder for that call), no tool-call intervals of one unit overlapping across processes, every final transcript
 valid (`agent.history.problems`), no request the fake API rejected. It prints the figures and exits 1 on any
 violation. Logs are kept (path printed) when something fails.
+
+With `--store cluster` the store is a private Redis Cluster of 3 masters, no replicas, AOF on every node
+(`tests/support/redis_cluster.py`; `--appendfsync` is set on every node as on the one Redis), and the broker is
+not the store: `--broker redis` is a separate plain AOF redis-server (also Celery's result backend; never killed),
+`--broker amqp` the private RabbitMQ node. The Redis crash becomes kill -9 of one master (the seeded RNG picks
+which) and its restart on the same port and AOF after the outage; the driver sends nothing until every node says
+cluster_state:ok again, and how long that took after the restart is printed. Every check reads the cluster
+(`redis.cluster.RedisCluster`; the indexes over their 64 shards through `tasks.store.indexes`).
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 
 from agent.tools import tool
 from tasks.store import indexes, keys
@@ -53,6 +66,10 @@ from tests.support import counting_tools
 PROBE_LOG = "chaos:probe"  # one JSON line per tool start and end: note, owner, pid, ppid, time, lease holder's pid
 INFLIGHT = "chaos:inflight:"  # hash per owner: "pid|note" -> start time, present while the tool runs
 HOLD_ENV = "BATON_CHAOS_HOLD"  # seconds the tool stays inside its effect window (widens overlaps so we see them)
+MASTERS = 3  # the cluster store's masters (--store cluster)
+# What a read of the store may raise while the store (or one cluster master) is down: redis-py's cluster client
+# raises some of its errors (no startup node answering, a slot not covered) outside redis.RedisError.
+READ_ERRORS = (redis.RedisError, RedisClusterException)
 
 
 def _counter() -> redis.Redis:
@@ -64,11 +81,30 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
+@functools.lru_cache(maxsize=4)
+def _cluster_client(nodes: str) -> redis.Redis:
+    """A cluster client from `BATON_REDIS_CLUSTER`'s startup nodes; no retries, so a master that is down answers
+    "unknown" at once rather than after redis-py's backoff (the tool is inside its effect window)."""
+    startup = [ClusterNode(host, int(port)) for host, _, port in (n.strip().rpartition(":") for n in nodes.split(","))]
+    cluster = RedisCluster(startup_nodes=startup, socket_timeout=2, socket_connect_timeout=2,
+                           retry=Retry(NoBackoff(), 0))
+    return cluster  # type: ignore[return-value]
+
+
+def _store() -> redis.Redis:
+    """The workers' store as the probe reads it: on a cluster a plain client would be answered MOVED."""
+    nodes = os.environ.get("BATON_REDIS_CLUSTER")
+    if nodes:
+        keys.use_cluster(True)  # the worker's own clients set it already; the lease's key must follow the cluster
+        return _cluster_client(nodes)
+    return _client(os.environ["BATON_REDIS_URL"])
+
+
 def _holder_pid(owner: str) -> int | None:
     """The pid inside the lease token (`unit|node|host:pid|nonce`) of whoever holds the owner's lease now."""
     try:
-        value = _client(os.environ["BATON_REDIS_URL"]).get(keys.lease(owner))
-    except redis.RedisError:
+        value = _store().get(keys.lease(owner))
+    except READ_ERRORS:
         return -1  # the store is down: unknown
     parts = value.decode().split("|") if value else []
     if len(parts) < 3:
@@ -189,6 +225,7 @@ class Config:
     keep: bool = False
     broker: str = "redis"  # or "amqp": a private RabbitMQ node is the broker, the AOF Redis stays the store
     pool: str = "prefork"  # Celery's pool; on "threads" every unit of a worker shares its process (no child to kill)
+    store: str = "redis"  # or "cluster": a private Redis Cluster of MASTERS masters; the broker is then never the store
 
 
 @dataclass
@@ -214,6 +251,7 @@ class Figures:
     kills: Counter[str] = field(default_factory=Counter)
     redis_restarts: int = 0
     outage_seconds: float = 0.0
+    master_back_seconds: list[float] = field(default_factory=list)  # cluster: restart -> cluster_state ok everywhere
     samples: int = 0
     lease_changes: int = 0
     send_errors: int = 0
@@ -239,6 +277,8 @@ class Chaos:
         self.sampled_overlaps: set[tuple[str, tuple[int, ...]]] = set()
         self._worker_seq = 0
         self.exiting: list[threading.Thread] = []
+        self.cluster: Any = None  # the PrivateCluster when the store is a cluster
+        self.broker: Any = None  # the plain Redis broker beside a cluster store (--broker redis)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -247,26 +287,68 @@ class Chaos:
         from tests.support.fake_anthropic import FakeMessagesServer
         from tests.support.ports import free_port
 
-        # The store is killed and restarted on its port: one no other test's server is handed meanwhile.
-        self.store = EmbeddedRedis(self.tmp / "store", aof=True, port=free_port()).start()
-        self._apply_fsync()
+        if self.cfg.store == "cluster":
+            self._start_cluster()
+        else:
+            # The store is killed and restarted on its port: one no other test's server is handed meanwhile.
+            self.store = EmbeddedRedis(self.tmp / "store", aof=True, port=free_port()).start()
+            self._apply_fsync()
         self.rabbitmq = None
         if self.cfg.broker == "amqp":
             from tests.support.rabbitmq import RabbitMQNode
 
             self.rabbitmq = RabbitMQNode(self.tmp / "rabbitmq").start()
+        elif self.cluster is not None:
+            self.broker = EmbeddedRedis(self.tmp / "broker", aof=True).start()  # never killed: the store's crash is
         self.counter = EmbeddedRedis(self.tmp / "counter").start()
         self.model = ChaosModel(self.cfg.seed + 1, self.cfg.fault_rate, self.cfg.stall_seconds)
         self.fake = FakeMessagesServer(self.model).start()
-        self.store_client = redis.Redis.from_url(self.store.url, socket_timeout=5, socket_connect_timeout=2)
+        if self.cluster is None:
+            self.store_client = redis.Redis.from_url(self.store.url, socket_timeout=5, socket_connect_timeout=2)
+            self.broker_client = self.store_client
+        else:
+            keys.use_cluster(True)  # this process computes the cluster's keys (the Client built below sets it too)
+            nodes = [ClusterNode("127.0.0.1", m.port) for m in self.masters]
+            self.store_client = RedisCluster(startup_nodes=nodes, socket_timeout=5, socket_connect_timeout=2)
+            self.broker_client = redis.Redis.from_url(self.broker.url) if self.broker is not None else None
         self.counter_client = redis.Redis.from_url(self.counter.url)
         for _ in range(self.cfg.workers):
             self.add_worker()
         self.client = self._client()
 
+    def _start_cluster(self) -> None:
+        from tests.support.redis_cluster import PrivateCluster
+
+        self.store = None
+        self.cluster = PrivateCluster(self.tmp / "cluster", masters=MASTERS).start()
+        self.masters = self.cluster.masters()  # no replicas: the same masters, in slot order, for the whole run
+        for node in self.masters:
+            self._apply_node_fsync(node)
+
     def _apply_fsync(self) -> None:
         if self.cfg.appendfsync != "everysec":
             redis.Redis.from_url(self.store.url).config_set("appendfsync", self.cfg.appendfsync)
+
+    def _apply_node_fsync(self, node: Any) -> None:
+        """A cluster node's config file says `appendfsync always` (tests/support/redis_cluster.py): the bench's
+        `--appendfsync` is set on each node after every start, as on the one Redis."""
+        with redis.Redis(port=node.port, socket_timeout=5) as client:
+            client.config_set("appendfsync", self.cfg.appendfsync)
+
+    @property
+    def store_url(self) -> str:
+        """BATON_REDIS_URL: the one Redis; beside a cluster only the password's place (one node, database 0)."""
+        if self.cluster is None:
+            return str(self.store.url)
+        return f"redis://127.0.0.1:{self.masters[0].port}/0"
+
+    def _store_env(self) -> dict[str, str]:
+        """What a cluster store adds: its startup nodes, and a broker that is not the store."""
+        if self.cluster is None:
+            return {}
+        broker = self.rabbitmq.url if self.rabbitmq is not None else self.broker.url
+        return {"BATON_REDIS_CLUSTER": ",".join(f"127.0.0.1:{m.port}" for m in self.masters),
+                "BATON_BROKER_URL": broker}
 
     @property
     def env(self) -> dict[str, str]:
@@ -276,7 +358,7 @@ class Chaos:
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", str(self.tmp)),
             "PYTHONPATH": str(REPO),
-            "BATON_REDIS_URL": self.store.url,
+            "BATON_REDIS_URL": self.store_url,
             "BATON_QUEUE": self.queue,
             "BATON_PROVIDER": "anthropic",
             "ANTHROPIC_BASE_URL": self.fake.url,
@@ -290,6 +372,7 @@ class Chaos:
             "BATON_STREAM_IDLE_TIMEOUT": "2",
             HOLD_ENV: str(self.cfg.hold),
             **({"BATON_BROKER_URL": self.rabbitmq.url} if self.rabbitmq is not None else {}),
+            **self._store_env(),
         }
 
     def _client(self) -> Any:
@@ -322,7 +405,8 @@ class Chaos:
             self.client.close()
         with contextlib.suppress(Exception):
             self.fake.stop()
-        for server in (getattr(self, "store", None), getattr(self, "counter", None), getattr(self, "rabbitmq", None)):
+        for server in (getattr(self, "store", None), getattr(self, "counter", None), getattr(self, "rabbitmq", None),
+                       self.broker, self.cluster):
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.stop()
@@ -373,7 +457,7 @@ class Chaos:
 
         try:
             rec = load_record(self.store_client, ref.owner, ref.unit)
-        except redis.RedisError:
+        except READ_ERRORS:
             return False
         return rec is not None and rec.terminal
 
@@ -402,6 +486,11 @@ class Chaos:
     def chaos(self, until: float) -> None:
         kinds = ["sigkill", "sigterm", "redis", "child"]
         plan = self.rng.sample(kinds, len(kinds))  # every kind at least once, early
+        if self.cluster is not None:
+            # A master's crash is what the cluster store adds; a short run's 45 s hold about three events (each
+            # worker kill waits for its replacement to be ready), so it goes first, not wherever the draw put it.
+            plan.remove("redis")
+            plan.insert(0, "redis")
         while time.monotonic() < until:
             wait = self.rng.uniform(*self.cfg.event_every)
             if time.monotonic() + wait >= until:
@@ -467,6 +556,9 @@ class Chaos:
         self.figures.kills["child"] += 1
 
     def _redis(self) -> None:
+        if self.cluster is not None:
+            self._master()
+            return
         outage = self.rng.uniform(*self.cfg.outage)
         with self.lock:
             print(f"  [{_clock()}] kill -9 Redis; restart in {outage:.1f}s", flush=True)
@@ -476,6 +568,30 @@ class Chaos:
             self._apply_fsync()
         self.figures.redis_restarts += 1
         self.figures.outage_seconds += outage
+
+    def _master(self) -> None:
+        """The cluster's Redis crash: kill -9 one master (seeded), restart it on its port and AOF after the outage,
+        and hold the driver until every node says cluster_state:ok (past the node timeout the other masters
+        had marked it failed, and with full coverage required the whole cluster refused commands meanwhile)."""
+        outage = self.rng.uniform(*self.cfg.outage)
+        index = self.rng.randrange(len(self.masters))
+        master = self.masters[index]
+        with self.lock:
+            print(f"  [{_clock()}] kill -9 cluster master {index + 1} of {len(self.masters)} (port {master.port}); "
+                  f"restart in {outage:.1f}s", flush=True)
+            killed = time.monotonic()
+            master.kill9()
+            time.sleep(outage)
+            restarted = time.monotonic()
+            master.start(timeout=30)  # returns once it answers PING: its AOF is loaded
+            self._apply_node_fsync(master)
+            self.cluster.wait_ok(60)
+            back = time.monotonic() - restarted
+        print(f"  [{_clock()}] cluster master {master.port} back: cluster_state ok on every node {back:.1f}s after "
+              f"its restart ({time.monotonic() - killed:.1f}s after kill -9)", flush=True)
+        self.figures.redis_restarts += 1
+        self.figures.outage_seconds += outage
+        self.figures.master_back_seconds.append(back)
 
     def _await_exit(self, worker: Any, started: float) -> None:
         """A worker sent SIGTERM must exit on its own within 30 s (a deploy's grace period)."""
@@ -506,14 +622,20 @@ class Chaos:
                 pass
             try:
                 leases = list(self.store_client.scan_iter("baton:*:lease", count=1000))
-                values = self.store_client.mget(leases) if leases else []
+                values = self._mget(leases) if leases else []
                 for key, value in zip(leases, values, strict=True):
                     if value is not None and holders.get(key) not in (None, value):
                         self.figures.lease_changes += 1
                     if value is not None:
                         holders[key] = value
-            except redis.RedisError:
+            except READ_ERRORS:
                 pass
+
+    def _mget(self, names: list[bytes]) -> list[bytes | None]:
+        """MGET of keys on any slots: a cluster client splits it by slot (one MGET may not cross slots)."""
+        if self.cluster is None:
+            return list(self.store_client.mget(names))
+        return list(self.store_client.mget_nonatomic(names))  # type: ignore[attr-defined]
 
     # -- the end --------------------------------------------------------------------------------------------------
 
@@ -709,8 +831,14 @@ class Chaos:
     def _leftovers(self) -> dict[str, int]:
         """Keys that must be gone once everything settled: leases, journals, stop flags, active entries."""
         out: Counter[str] = Counter()
-        for key in self.store_client.scan_iter("baton:*", count=1000):
+        for key in self.store_client.scan_iter("baton:*", count=1000):  # a cluster client scans every master
             name = key.decode()
+            if self.cluster is not None:
+                # `baton:{SHARD}:chat:ID:lease`: the part after the owner (an id has no colon: keys.ID_PATTERN)
+                rest = name.partition("}:")[2].split(":")
+                if len(rest) > 2 and rest[0] in ("chat", "run") and rest[2] in ("lease", "journal", "stop", "queue"):
+                    out[rest[2]] += 1
+                continue
             for part in ("lease", "journal", "stop", "queue"):
                 if f"}}:{part}" in name:
                     out[part] += 1
@@ -724,15 +852,15 @@ class Chaos:
         with contextlib.suppress(Exception):
             rec = load_record(self.store_client, ref.owner, ref.unit)
             lease = self.store_client.get(keys.lease(ref.owner))
-            active = self.store_client.zscore(keys.ACTIVE, ref.owner)
+            active = self.store_client.zscore(keys.active(ref.owner), ref.owner)  # keys.ACTIVE on one Redis
             queued = [x.decode() for x in self.store_client.lrange(keys.queue(ref.owner), 0, -1)]
             task_id = rec.task_id if rec else ""
             if self.rabbitmq is not None:  # RabbitMQ holds the messages: say how many its queue has
                 where = [f"RabbitMQ queue holds {self.rabbitmq.queues().get(self.queue, {}).get('messages')}"]
             else:
-                where = _broker_places(self.store_client, self.queue, task_id)
-            if where == ["nowhere"]:
-                where.append(_aof_story(self.store.dir, self.queue, task_id))
+                where = _broker_places(self.broker_client, self.queue, task_id)
+            if where == ["nowhere"]:  # the queue's story is in the broker's AOF (the store's, on one Redis)
+                where.append(_aof_story((self.broker or self.store).dir, self.queue, task_id))
             fields = rec.model_dump(include={"status", "waiting_reason", "generation", "interruptions",
                                              "history_len", "task_id", "steps", "auto_resumes"}) if rec else None
             return f"record={fields} lease={lease!r} active={active} chat_queue={queued} message={where}"
@@ -844,17 +972,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="the workers' Celery pool")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="units per worker (default 2; 8 on a threads or gevent pool)")
+    parser.add_argument("--store", choices=["redis", "cluster"], default="redis",
+                        help="the store: the AOF Redis, or a private Redis Cluster of 3 masters (Redis 7 needed); "
+                             "beside a cluster the broker is a separate plain Redis (--broker redis) or RabbitMQ")
     args = parser.parse_args(argv)
+    if args.store == "cluster":
+        from tests.support.redis_cluster import find_cluster_binaries
+
+        if find_cluster_binaries() is None:
+            parser.error("--store cluster needs a Redis 7 redis-server and redis-cli (cluster-port)")
     concurrency = args.concurrency or (2 if args.pool == "prefork" else 8)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the workers and servers we started
     lo, hi = (float(x) for x in args.event_every.split(","))
     cfg = Config(args.minutes, args.runs, args.chats, args.seed, workers=args.workers, fault_rate=args.fault_rate,
                  event_every=(lo, hi), appendfsync=args.appendfsync, keep=args.keep, backoff_scale=args.backoff_scale,
-                 broker=args.broker, pool=args.pool, concurrency=concurrency)
+                 broker=args.broker, pool=args.pool, concurrency=concurrency, store=args.store)
     if args.short:
         cfg = Config(0.75, 3, 3, args.seed, workers=2, fault_rate=args.fault_rate, event_every=(5.0, 8.0),
                      quiesce_timeout=90.0, appendfsync=args.appendfsync, keep=args.keep,
-                     backoff_scale=args.backoff_scale, broker=args.broker, pool=args.pool, concurrency=concurrency)
+                     backoff_scale=args.backoff_scale, broker=args.broker, pool=args.pool, concurrency=concurrency,
+                     store=args.store)
     return run(cfg)
 
 
@@ -864,7 +1001,8 @@ def run(cfg: Config) -> int:
     started = time.monotonic()
     print(f"chaos: {cfg.minutes:g} min, {cfg.runs} runs + {cfg.chats} chats in flight, {cfg.workers} workers, "
           f"fault rate {cfg.fault_rate:g}, backoff scale {cfg.backoff_scale:g}, seed {cfg.seed}, appendfsync "
-          f"{cfg.appendfsync}, broker {cfg.broker}, pool {cfg.pool} -c {cfg.concurrency}; data in {chaos.tmp}",
+          f"{cfg.appendfsync}, broker {cfg.broker}{_store_words(cfg)}, pool {cfg.pool} -c {cfg.concurrency}; "
+          f"data in {chaos.tmp}",
           flush=True)
     try:
         chaos.start()
@@ -889,6 +1027,14 @@ def run(cfg: Config) -> int:
         chaos.shutdown(failed)
 
 
+def _store_words(cfg: Config) -> str:
+    """The header's words for a cluster store (none for the one Redis, whose header is as it always was)."""
+    if cfg.store != "cluster":
+        return ""
+    broker = "RabbitMQ" if cfg.broker == "amqp" else "a separate plain AOF Redis"
+    return f", store cluster of {MASTERS} masters (AOF on every node; broker {broker})"
+
+
 def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
     f, m = chaos.figures, chaos.model
     runs = sum(1 for u in chaos.units if u.kind == "run")
@@ -900,9 +1046,15 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
     print(f"  outcomes {dict(sorted(s['statuses'].items()))}; failure classes {dict(s['failure_classes'])}")
     print(f"  requests {m.requests + len(chaos.fake.rejections)} (rejected {len(chaos.fake.rejections)}); "
           f"faults injected {sum(m.faults.values())} {dict(m.faults)}")
-    print(f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down); "
+    if chaos.cluster is not None:
+        backs = ", ".join(f"{b:.1f}" for b in f.master_back_seconds) or "-"
+        restarts = (f"cluster master restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down; cluster_state ok "
+                    f"[{backs}]s after each restart)")
+    else:
+        restarts = f"redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down)"
+    print(f"  kills {dict(f.kills)}; {restarts}; "
           f"SIGTERM exits in {max(exits):.1f}s max" if exits else
-          f"  kills {dict(f.kills)}; redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down)")
+          f"  kills {dict(f.kills)}; {restarts}")
     print(f"  workers that exited on their own (replaced, as compose's restart policy would): {len(f.crashes)}")
     for line in f.crashes:
         print(f"    - {line}")
@@ -913,7 +1065,7 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
           f"tool starts without the lease {s['unleased_tool_starts']}")
     print(f"  recovery in the workers' logs: {s['swept']} lost executions requeued by the lease sweep, "
           f"{s['republished']} lost broker messages republished by the pending sweep")
-    print(f"  left in Redis after quiescence: {s['leftovers']}")
+    print(f"  left in {'the cluster' if chaos.cluster is not None else 'Redis'} after quiescence: {s['leftovers']}")
     print(f"  violations {len(chaos.violations)}", flush=True)
     for line in chaos.violations[:50]:
         print(f"    - {line}", flush=True)
