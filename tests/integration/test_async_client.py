@@ -4,6 +4,7 @@ against the fake Messages API; and the event loop it runs on never stalls."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import sys
 import time
@@ -22,10 +23,14 @@ pytestmark = pytest.mark.integration
 
 TURNS = 200
 TICK_S = 0.005
-# The issue asks for a worst gap of 50 ms. Measured here: 43.5-52.5 ms on a quiet machine (load 0.7), 38-60 ms at
-# load ~6, and 198 ms in a CI run beside two other xdist workers' tests on 2 cores. A timed bound is a figure of
-# the machine, not of the code (timed figures belong in bench/): the test below prints it and asserts that every
-# turn completes. The loop blocked by a sync publish is caught by the slow-broker test, whose margin is a second.
+# The issue asks for a worst gap of 50 ms. Most of what was left was not Baton's: the interpreter's full garbage
+# collections walk every object the process holds, and this pytest process holds ~90,000 (its collected tests and
+# plugins) that a web app's server would have frozen (`gc.freeze()`, as `baton serve` does): the same run measured
+# 60-80 ms with them walked and 30-42 ms with them frozen, on a quiet machine (load 0.5). So the measurement freezes
+# the heap it starts with. Load still shows (198 ms in a CI run beside two other xdist workers' tests on 2 cores):
+# a timed bound is a figure of the machine, not of the code (timed figures belong in bench/), so the test prints it
+# and asserts that every turn completes. The loop blocked by a sync publish is caught by the slow-broker test,
+# whose margin is a second.
 BURST = 20  # sends started per loop iteration
 
 
@@ -123,7 +128,12 @@ def test_200_turns_sent_and_awaited_at_once_on_one_loop_beside_a_5ms_ticker(stac
             assert statuses == ["completed"] * TURNS
             return max(gaps)
 
-    worst = asyncio.run(main())
+    gc.collect()
+    gc.freeze()  # what a server does once started (see above): the turns' own garbage is still collected
+    try:
+        worst = asyncio.run(main())
+    finally:
+        gc.unfreeze()
     print(f"worst ticker lateness while {TURNS} turns were sent and awaited: {worst * 1000:.1f} ms")
 
 
