@@ -23,7 +23,9 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent.events import Event
 from agent.history.rounds import same_text
@@ -40,7 +42,7 @@ from tasks.store.connect import POOL_WAIT_SECONDS, new_async_store_client
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
-from tasks.store.settled_watch import SettledWatch, SlotWatch
+from tasks.store.settled_watch import OwnReads, SettledWatch
 from tasks.store.tail import BLOCK_MS, tail
 from tasks.store.withdrawal import WITHDRAW, withdraw_call
 from tasks.store.xread import axread
@@ -60,6 +62,7 @@ def _reaching(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     @functools.wraps(method)
     async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
+            await cast(AsyncClient, args[0]).learn_slots()
             return await method(*args, **kwargs)
         except STORE_ERRORS as err:
             client = args[0]
@@ -109,8 +112,20 @@ class AsyncClient:
             health_check_interval=30,
         )
         self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
-        watch = SlotWatch if keys.clustered() else SettledWatch
-        self._settled: SettledWatch | SlotWatch = watch(self.redis, STORE_ERRORS)
+        self._slots_learnt = False
+        watch = OwnReads if keys.clustered() else SettledWatch
+        self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
+
+    async def learn_slots(self) -> None:
+        """On a Redis Cluster, have both clients learn the cluster's slots, once, before any command. redis-py's
+        asyncio cluster client learns them on its first command, and 200 first commands at once failed there
+        ("Connection closed by server": the startup node's connections closed under the commands waiting on it).
+        Nothing to do elsewhere, and nothing once done."""
+        if self._slots_learnt or not keys.clustered():
+            return
+        for store in (self._store, self.redis):
+            await cast(AsyncRedisCluster, store).initialize()
+        self._slots_learnt = True
 
     async def aclose(self) -> None:
         await self._settled.aclose()
@@ -330,6 +345,7 @@ class AsyncClient:
         None: from the start of the retained history), live, until the caller stops iterating. The same reader
         as the HTTP stream (`tasks.store.tail`); an unreadable entry is skipped."""
         try:
+            await self.learn_slots()
             owner = await self._owner(ident, kind)
             start = core.check_stream_id(after) if after else "0-0"
             async for stream_id, raw in tail(self.redis, keys.events(owner), start):

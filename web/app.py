@@ -10,6 +10,7 @@ app.mount("/baton", create_app(authorize=my_rule))   # optional: who may see whi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from starlette.types import ASGIApp
 
 from config.settings import Settings, load_settings
 from tasks.client import AsyncClient
+from tasks.reach import STORE_ERRORS
 from web import access, errors, routes_approvals, routes_chats, routes_runs, routes_uichat
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
@@ -61,6 +63,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        with contextlib.suppress(*STORE_ERRORS):  # a store down at start is met, and said, by the first request
+            await client.learn_slots()  # before the streams read through `client.redis` (see learn_slots)
         try:
             yield
         finally:

@@ -173,10 +173,14 @@ def new_async_store_client(settings: Settings, *, max_connections: int, **option
     options = {"driver_info": _driver_info(), **options}
     keys.use_cluster(bool(settings.cluster))
     if settings.cluster:
-        options.pop("timeout", None)  # no blocking pool here: past max_connections a node's request fails
+        options.pop("timeout", None)
+        # redis-py's asyncio cluster client has no blocking pool: past max_connections a node's request fails
+        # (MaxConnectionsError) instead of waiting for a free connection. A small pool meant to make a burst queue
+        # (the async client's commands) would fail the burst, so every pool here may grow to the API's bound.
         cluster = AsyncRedisCluster(
             startup_nodes=[AsyncClusterNode(host, port) for host, port in settings.cluster],
-            max_connections=max_connections, retry=_async_failover_retry(), **_cluster_options(settings), **options,
+            max_connections=max(max_connections, settings.api_redis_connections), retry=_async_failover_retry(),
+            **_cluster_options(settings), **options,
         )
         return cast(aioredis.Redis, cluster)
     if not settings.sentinels:

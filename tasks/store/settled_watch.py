@@ -11,9 +11,8 @@ from another connection); the reader then reads again with the new stream in. Sh
 yet blocked at the server, or its connection replaced), the waiter loses nothing: it reads its record after
 each quiet second anyway (`client_core.settled_news`), and the reader takes its stream in at its next read.
 
-On a Redis Cluster one XREAD reads the streams of one slot only, and CLIENT UNBLOCK must reach the node the
-XREAD waits on: `SlotWatch` reads each slot's streams with a reader of its own (a unit's keys sit on its shard's
-slot, so there are at most `keys.SHARDS` readers) and restarts a slot's reader to take a new stream in.
+On a Redis Cluster one XREAD reads the streams of one slot only, and CLIENT UNBLOCK must reach the node the XREAD
+waits on: there each waiter reads its own stream (`OwnReads`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import contextlib
 from typing import cast
 
 import redis.asyncio as aioredis
-from redis.crc import key_slot
 from redis.typing import KeyT, StreamIdT
 
 from tasks.store.replies import Entry, read_streams
@@ -44,7 +42,7 @@ def position(stream_id: str) -> tuple[int, int]:
 class Subscription:
     """One waiter's view of one settled stream: the entries after its position, as they come."""
 
-    def __init__(self, watch: SettledWatch | SlotWatch, key: str, after: str) -> None:
+    def __init__(self, watch: SettledWatch, key: str, after: str) -> None:
         self.key = key
         self.after = after
         self._watch = watch
@@ -177,63 +175,38 @@ class SettledWatch:
             self._reader_id = None  # perhaps a reconnected connection with another id: asked again next read
 
 
-class SlotWatch:
-    """`SettledWatch` for a Redis Cluster: one reader per slot of the watched streams, each on that slot's node."""
+class OwnRead:
+    """A waiter's own read of its settled stream (`SubscriptionLike`): each `next` is one XREAD BLOCK of its key."""
+
+    def __init__(self, store: aioredis.Redis, key: str, after: str) -> None:
+        self.key = key
+        self.after = after
+        self._store = store
+
+    async def next(self, timeout: float) -> list[Entry]:
+        found = await axread(self._store, {self.key: self.after}, block=max(1, int(timeout * 1000)), count=COUNT)
+        entries = [entry for _, read in read_streams(found or []) for entry in read]
+        if entries:
+            self.after = entries[-1][0]
+        return entries
+
+    def close(self) -> None:
+        pass
+
+
+class OwnReads:
+    """The waits of a Redis Cluster: each waiter reads its own stream with its own XREAD, one connection each.
+
+    One XREAD reads the streams of one slot only, and CLIENT UNBLOCK must reach the node the read blocks on; a
+    reader per slot restarted for each new stream meant cancelling XREADs in flight, which redis-py's asyncio
+    cluster client does not survive under load (a connection cancelled while it connected was handed out again
+    half made). A waiter's read blocks at most a second, as the shared reader's waiters look at their record."""
 
     def __init__(self, store: aioredis.Redis, errors: tuple[type[BaseException], ...]) -> None:
         self._store = store
-        self._errors = errors
-        self._subs: dict[str, set[Subscription]] = {}
-        self._readers: dict[int, tuple[frozenset[str], asyncio.Task[None]]] = {}  # slot -> (streams read, reader)
 
-    def subscribe(self, key: str, after: str) -> Subscription:
-        sub = Subscription(self, key, after)
-        self._subs.setdefault(key, set()).add(sub)
-        slot = key_slot(key.encode())
-        reading = self._readers.get(slot)
-        if reading is None or key not in reading[0]:
-            if reading is not None:
-                reading[1].cancel()  # a blocked XREAD takes no new stream in: read again with it
-            self._start(slot)
-        return sub
-
-    def unsubscribe(self, sub: Subscription) -> None:
-        subs = self._subs.get(sub.key)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._subs[sub.key]
+    def subscribe(self, key: str, after: str) -> OwnRead:
+        return OwnRead(self._store, key, after)
 
     async def aclose(self) -> None:
-        tasks = [task for _, task in self._readers.values()]
-        self._readers.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _start(self, slot: int) -> None:
-        streams = frozenset(key for key in self._subs if key_slot(key.encode()) == slot)
-        task = asyncio.get_running_loop().create_task(self._read(slot, streams), name=f"baton-settled-watch-{slot}")
-        self._readers[slot] = (streams, task)
-
-    async def _read(self, slot: int, streams: frozenset[str]) -> None:
-        try:
-            while True:
-                watched = {key: min((s.after for s in self._subs[key]), key=position)
-                           for key in streams if key in self._subs}
-                if not watched:
-                    return
-                found = await axread(self._store, watched, block=BLOCK_MS, count=COUNT)
-                for key, entries in read_streams(found or []):
-                    for sub in list(self._subs.get(key, ())):
-                        sub.deliver(entries)
-        except self._errors as err:
-            for key in streams:
-                for sub in self._subs.get(key, ()):
-                    sub.fail(err)
-        finally:
-            current = self._readers.get(slot)
-            if current is not None and current[1] is asyncio.current_task():
-                del self._readers[slot]
+        pass

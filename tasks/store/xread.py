@@ -16,8 +16,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-# What sends a read again the usual way: the slot moved (MOVED, ASK) or its node is gone.
-REROUTE = (redis.exceptions.MovedError, redis.exceptions.AskError, redis.ConnectionError, redis.TimeoutError)
+# What sends a read again the usual way: the slot moved (MOVED, ASK), its node is gone, or the client has not
+# learnt the slots yet (an asyncio cluster client does on its first command).
+REROUTE = (
+    redis.exceptions.MovedError, redis.exceptions.AskError, redis.ConnectionError, redis.TimeoutError,
+    redis.exceptions.SlotNotCoveredError,
+)
 
 
 def _args(streams: dict[str, str], block: int | None, count: int | None) -> list[Any]:
@@ -33,8 +37,8 @@ def xread(client: redis.Redis, streams: dict[str, str], *, block: int | None = N
     """`client.xread(streams, count=count, block=block)`."""
     store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
     if isinstance(store, RedisCluster):
-        node = store.get_node_from_key(next(iter(streams)))
         try:
+            node = store.get_node_from_key(next(iter(streams)))
             return store.execute_command(*_args(streams, block, count), target_nodes=node)
         except REROUTE:
             pass
@@ -47,8 +51,8 @@ async def axread(
     """`await client.xread(streams, count=count, block=block)`."""
     store: object = client
     if isinstance(store, AsyncRedisCluster):
-        node = store.get_node_from_key(next(iter(streams)))
         try:
+            node = store.get_node_from_key(next(iter(streams)))
             return await store.execute_command(*_args(streams, block, count), target_nodes=node)
         except REROUTE:
             pass

@@ -9,6 +9,7 @@ rest of the suite proves the same code on a single Redis.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -346,3 +347,28 @@ def test_a_slot_moved_to_another_master_mid_turn_is_followed(cstack, cluster):
     ]
     assert cluster.master_for_slot(slot).port == target.port
     assert redis.Redis(port=target.port).keys(f"*:{owner}:*") and not redis.Redis(port=source.port).keys(f"*:{owner}:*")
+
+
+def test_the_async_client_sends_and_awaits_a_hundred_turns_at_once_on_the_cluster(cstack):
+    """100 turns sent and awaited at once from one loop, then a stream read to its end, through AsyncClient on
+    the cluster (its first commands all at once: the slots are learnt before them)."""
+    cstack.fake_api.set_handler(lambda body, index: text("async answer"))
+    cstack.worker(concurrency=8, pool="threads")
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with cstack.async_client() as ac:
+
+            async def one(i: int) -> str:
+                return (await ac.wait(await ac.send_message(f"async-{i}", "hello"), timeout=60)).status
+
+            statuses = await asyncio.gather(*(one(i) for i in range(100)))
+            seen: list[str] = []
+            async for event in ac.stream("async-7"):
+                seen.append(event.type)
+                if event.type == "turn.completed":
+                    break
+            return statuses, seen
+
+    statuses, seen = asyncio.run(main())
+    assert statuses == ["completed"] * 100
+    assert seen[0] == "turn.queued" and "text.delta" in seen and seen[-1] == "turn.completed", seen
