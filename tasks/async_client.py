@@ -8,10 +8,10 @@ write and, on RabbitMQ, a confirm round trip), and Celery builds the message (he
 Flower reads) around it; the choice was between that thread and writing Celery's wire format onto the broker's
 own asyncio client, which would exist only for a Redis broker (not RabbitMQ) and would copy a message format
 Celery owns. Measured on the loop (tests/integration/test_async_client.py, a 5 ms ticker while 200 turns are
-sent and awaited at once): the worst gap stays well under 50 ms, because the thread holds the GIL only for
-Celery's few hundred microseconds of message building, not for the network. The pool is this client's rather
-than the loop's default executor so a broker that hangs ties up these threads only, never `to_thread` callers
-elsewhere in the app, and its size bounds the broker connections a burst of sends opens.
+sent and awaited at once): a worst gap of 20-37 ms with the host's startup heap frozen (web/app.py says why);
+the thread holds the GIL only for Celery's few hundred microseconds of message building, not for the network.
+The pool is this client's, not the loop's default executor: a broker that hangs ties up these threads only, and
+its size bounds the broker connections a burst of sends opens.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, cast
 
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
 from agent.events import Event
 from agent.history.rounds import same_text
 from agent.messages import Message
@@ -38,12 +36,12 @@ from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
-from tasks.store.connect import POOL_WAIT_SECONDS, new_async_store_client
+from tasks.store.async_pools import AsyncPools
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
 from tasks.store.settled_watch import OwnReads, SettledWatch
-from tasks.store.tail import BLOCK_MS, tail
+from tasks.store.tail import tail
 from tasks.store.withdrawal import WITHDRAW, withdraw_call
 from tasks.store.xread import axread
 
@@ -52,7 +50,6 @@ __all__ = ["AsyncClient"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-COMMAND_CONNECTIONS = 8  # the short commands' pool: a burst waits for a warm connection rather than opening more
 PUBLISH_THREADS = 4  # broker connections a burst of sends may hold at once (Celery's producer pool hands them out)
 
 
@@ -84,55 +81,24 @@ class AsyncClient:
     ) -> None:
         """`max_connections`: the size of the pool for blocking reads (default `BATON_API_REDIS_CONNECTIONS`):
         every open `stream` and `follow` holds one connection while it blocks, and all `wait`s together hold one
-        (`tasks.store.settled_watch`). Other commands share a pool of `COMMAND_CONNECTIONS`."""
+        (`tasks.store.settled_watch`); other commands share a small pool (`tasks.store.async_pools`)."""
         self.settings = settings or load_settings()
-        # A blocked XREAD (`stream`, `follow`, the waiters' reader) holds a connection; past the pool's size one waits.
-        self.redis = new_async_store_client(
-            self.settings,
-            max_connections=max_connections or self.settings.api_redis_connections,
-            timeout=5,
+        self._pools = AsyncPools(
+            self.settings, max_connections=max_connections or self.settings.api_redis_connections,
             client_name=client_name,
-            # redis-py 8 reads with a 5 s socket timeout by default; a stream's XREAD blocks longer than that.
-            socket_timeout=BLOCK_MS / 1000 + 10,
-            socket_connect_timeout=core.STORE_CONNECT_TIMEOUT,
-            health_check_interval=30,
         )
+        self.redis, self._store = self._pools.reads, self._pools.commands
+        self.learn_slots = self._pools.learn_slots  # on a Redis Cluster: the slots learnt before the first command
         self._publisher = Publisher(self.settings)
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="baton-publish")
         self._threads.submit(self._publisher.warm, PUBLISH_THREADS)  # see Publisher.warm: not on a burst's time
-        # Every other command takes a connection of a small pool: a burst of sends queues for a few warm
-        # connections instead of opening one each (a connection's setup is a connect and two round trips on the
-        # loop; 200 at once held it for tens of milliseconds).
-        self._store = new_async_store_client(
-            self.settings,
-            max_connections=COMMAND_CONNECTIONS,
-            timeout=POOL_WAIT_SECONDS,
-            client_name=client_name,
-            socket_connect_timeout=core.STORE_CONNECT_TIMEOUT,
-            health_check_interval=30,
-        )
         self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
-        self._slots_learnt = False
         watch = OwnReads if keys.clustered() else SettledWatch
         self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
 
-    async def learn_slots(self) -> None:
-        """On a Redis Cluster, have both clients learn the cluster's slots, once, before any command. redis-py's
-        asyncio cluster client learns them on its first command, and 200 first commands at once failed there
-        ("Connection closed by server": the startup node's connections closed under the commands waiting on it).
-        Nothing to do elsewhere, and nothing once done."""
-        if self._slots_learnt or not keys.clustered():
-            return
-        for store in (self._store, self.redis):
-            await cast(AsyncRedisCluster, store).initialize()
-        self._slots_learnt = True
-
     async def aclose(self) -> None:
         await self._settled.aclose()
-        for store in (self._store, self.redis):
-            await store.aclose()
-            if not keys.clustered():  # a cluster client's aclose closes its nodes' pools itself
-                await store.connection_pool.disconnect()
+        await self._pools.aclose()
         self._threads.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncClient:
