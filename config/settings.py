@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     mcp_servers: str = ""
     mcp_approval: Literal["none", "destructive", "writes"] = "none"
     mcp_timeout: float = Field(60.0, gt=0, le=3600)
+    # Agents (contract: "Agents"): `module:attribute` naming a list of `agent.Agent`; unset, one `default` agent of
+    # the settings above. A unit whose agent no worker it meets serves waits this long, then fails `agent_unknown`;
+    # an agent stays listed this long after the last worker serving it was seen.
+    agents: str = Field("", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
+    agent_wait: float = Field(600.0, ge=0, le=7 * 24 * 3600)
     stream_idle_timeout: float = Field(20.0, gt=0, le=3600)
     retry_budget: int = Field(4, ge=1, le=20)
     round_ttl: int = Field(600, ge=1)

@@ -110,12 +110,13 @@ class Publisher:
             name, args = "baton.coding_run", [rec.unit_id]
         else:
             name, args = "baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id]
+        queue = rec.queue or self.settings.queue  # its agent's queue, when it has one
         try:
             with self.celery.producer_or_acquire() as producer, producer.batch():
-                self.celery.send_task(name, args=args, task_id=task_id, queue=self.settings.queue, producer=producer)
+                self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer)
         except BatchPublishError as err:
             log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
-            self.celery.send_task(name, args=args, task_id=task_id, queue=self.settings.queue)
+            self.celery.send_task(name, args=args, task_id=task_id, queue=queue)
 
     def _start_next(self, store: redis.Redis, owner_id: str) -> None:
         """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not

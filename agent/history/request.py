@@ -6,6 +6,7 @@ send the same bytes, so the provider's prompt cache recognises them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ class RequestShape:
     system: str | None
     prompt_cache: bool
     context_tokens: int
+    max_tokens: int = 4096
+    temperature: float | None = None
 
     @property
     def overhead(self) -> int:
@@ -62,7 +65,42 @@ def token_scale(reported_prompt_tokens: int, estimate: int) -> float:
 def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: int) -> ProviderRequest:
     """The wire request: old results elided up to `cut`, cache breakpoints placed when caching is on."""
     sent = elide(messages, cut)
+    if not shape.tools:
+        sent = calls_as_text(sent)
+    system: str | list[dict[str, Any]] | None
     if not shape.prompt_cache:
-        return ProviderRequest(model=shape.model, messages=sent, tools=list(shape.tools), system=shape.system)
-    tools, system, marked = with_breakpoints(shape.tools, shape.system, sent)
-    return ProviderRequest(model=shape.model, messages=marked, tools=tools, system=system)
+        tools, system = list(shape.tools), shape.system
+    else:
+        tools, system, sent = with_breakpoints(shape.tools, shape.system, sent)
+    return ProviderRequest(
+        model=shape.model, messages=sent, tools=tools, system=system, max_tokens=shape.max_tokens,
+        temperature=shape.temperature,
+    )
+
+
+def calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request that offers no tools, whose history holds tool calls (the chat's agent had tools; its agent now has
+    none), tells them as text: the Messages API refuses tool_use and tool_result blocks in a request that defines no
+    tools ("Requests which include tool_use or tool_result blocks must define tools"). Messages without such
+    blocks are returned as they are (the same objects), so a tool-less chat's requests do not change."""
+    if not any(_has_calls(m) for m in messages):
+        return messages
+    return [{**m, "content": [_told(b) for b in m["content"]]} if _has_calls(m) else m for m in messages]
+
+
+def _has_calls(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(b.get("type") in ("tool_use", "tool_result") for b in content)
+
+
+def _told(block: dict[str, Any]) -> dict[str, Any]:
+    if block.get("type") == "tool_use":
+        told = f"[called tool {block.get('name')} with {json.dumps(block.get('input'), sort_keys=True)}]"
+    elif block.get("type") == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        told = f"[tool result{' (error)' if block.get('is_error') else ''}: {content}]"
+    else:
+        return block
+    return {"type": "text", "text": told}

@@ -67,4 +67,6 @@ class LoopConfig:
     # prefix, so its steps never share an id, and so live text, with steps of an earlier, failed generation.
     message_prefix: str | None = None
     prompt_cache: bool = True  # send cache_control breakpoints (agent/history/caching.py)
+    max_tokens: int = 4096  # the agent's model settings, sent as given
+    temperature: float | None = None
     context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/history/context.py)

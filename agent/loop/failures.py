@@ -23,6 +23,7 @@ class FailureClass(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     ROUND_CEILING = "round_ceiling"
     TOOL_ERROR = "tool_error"
+    AGENT_UNKNOWN = "agent_unknown"
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"
 

@@ -56,7 +56,10 @@ def model_step(
         state.token_scale = float(recorded.get("token_scale", state.token_scale))
         return answer
     message_id = step_message_id(config, state)
-    shape = RequestShape(config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens)
+    shape = RequestShape(
+        config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens, config.max_tokens,
+        config.temperature,
+    )
     # Wire form, unmarked and unelided: the cache marks and the cut are applied to copies (agent/history/request.py),
     # so the view's dicts, shared from step to step, are never changed.
     messages = view.api([*history, *state.messages])

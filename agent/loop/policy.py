@@ -58,6 +58,9 @@ _BASE: dict[F, Policy] = {
     F.BUDGET_EXCEEDED: Policy(False, False, 0, False, "the token, step or time budget is spent"),
     F.ROUND_CEILING: Policy(False, False, 0, False, "the turn used all its tool rounds; ask a narrower question"),
     F.TOOL_ERROR: Policy(True, False, 0, False, "a tool could not run; the owner decides whether to try again"),
+    F.AGENT_UNKNOWN: Policy(
+        True, False, 0, False, "no worker served its agent within BATON_AGENT_WAIT; retry once a worker serves it"
+    ),
     F.CANCELLED: Policy(False, False, 0, False, "the owner stopped it; a stop is not a failure to retry"),
     F.UNKNOWN: Policy(False, False, 0, False, "an unexpected error; retrying blindly could repeat it"),
 }

@@ -22,7 +22,7 @@ from agent.errors import Cancelled, ProviderError
 from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
-from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
+from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
 from agent.provider.reducer import Snapshot, accumulate
 from agent.provider.shards import Shards
 
@@ -55,15 +55,29 @@ class AnthropicProvider:
     pool for hundreds of streams in flight made each request pay for all the others.
     """
 
-    def __init__(self, *, idle_timeout: float, client: anthropic.Anthropic | None = None, shards: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        idle_timeout: float,
+        client: anthropic.Anthropic | None = None,
+        shards: int = 1,
+        endpoint: Endpoint | None = None,
+    ) -> None:
         self._idle_timeout = idle_timeout
+        self._endpoint = endpoint or Endpoint()
         self._shards: Shards[anthropic.Anthropic] = Shards(self._new_client, shards, given=client)
 
     def _new_client(self) -> anthropic.Anthropic:
+        endpoint = self._endpoint
+        key = endpoint.key()  # None: the SDK's own lookup (ANTHROPIC_API_KEY, a token, a profile)
+        if endpoint.api_key_env is not None and key is None:
+            raise _no_credentials(endpoint.missing_key())
         try:
             client = anthropic.Anthropic(
                 max_retries=0,  # the retry budget is ours alone; budgets must never multiply
                 timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
+                api_key=key,  # None: the SDK reads its own variable, as before
+                base_url=endpoint.base_url,  # None: the SDK's *_BASE_URL variable, or its default
             )
         except anthropic.AnthropicError as err:
             raise _no_credentials() from err
@@ -83,6 +97,8 @@ class AnthropicProvider:
             params["tools"] = request.tools
         if request.system:
             params["system"] = request.system
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
         snapshot = Snapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
@@ -119,5 +135,5 @@ class AnthropicProvider:
         return snapshot.to_answer()
 
 
-def _no_credentials() -> ProviderError:
-    return ProviderError(NO_CREDENTIALS, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)
+def _no_credentials(message: str = NO_CREDENTIALS) -> ProviderError:
+    return ProviderError(message, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)

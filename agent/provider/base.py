@@ -21,6 +21,7 @@ with its `<name>_errors.py`) that owns everything about its API, and nothing els
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,6 +48,23 @@ class ProviderRequest:
     # A string, or text blocks (the form that can carry `cache_control`, see agent/history/caching.py).
     system: str | list[dict[str, Any]] | None = None
     max_tokens: int = 4096
+    temperature: float | None = None  # None: the API's default, not sent
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an agent's provider calls go: its base URL (None: the SDK's own, or its `*_BASE_URL` variable) and the
+    NAME of the environment variable holding its key (None: the SDK's own lookup). The key itself is read from the
+    environment when a client is built, and never travels in a definition, a record or a request."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+    def key(self) -> str | None:
+        return (os.environ.get(self.api_key_env) or None) if self.api_key_env else None
+
+    def missing_key(self) -> str:
+        return f"no key for this agent's provider: set {self.api_key_env} in the workers' environment"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from agent.errors import Cancelled, ProviderError
 from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import openai_errors, transport  # noqa: F401 - openai_errors registers the SDK's exceptions
-from agent.provider.base import Answer, AttemptCut, AttemptFailed, ProviderRequest, TextSink
+from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
 from agent.provider.openai_request import chat_body
 from agent.provider.shards import Shards
@@ -40,15 +40,29 @@ def credentials_problem() -> str | None:
 class OpenAIProvider:
     """Streams answers from the Chat Completions API; every fault surfaces as `AttemptFailed` for replay."""
 
-    def __init__(self, *, idle_timeout: float, client: openai.OpenAI | None = None, shards: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        idle_timeout: float,
+        client: openai.OpenAI | None = None,
+        shards: int = 1,
+        endpoint: Endpoint | None = None,
+    ) -> None:
         self._idle_timeout = idle_timeout
+        self._endpoint = endpoint or Endpoint()
         self._shards: Shards[openai.OpenAI] = Shards(self._new_client, shards, given=client)
 
     def _new_client(self) -> openai.OpenAI:
+        endpoint = self._endpoint
+        key = endpoint.key()  # None: the SDK's own lookup (OPENAI_API_KEY)
+        if endpoint.api_key_env is not None and key is None:
+            raise _no_credentials(endpoint.missing_key())
         try:
             client = openai.OpenAI(
                 max_retries=0,  # the retry budget is ours alone; budgets must never multiply
                 timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
+                api_key=key,  # None: the SDK reads its own variable, as before
+                base_url=endpoint.base_url,  # None: the SDK's *_BASE_URL variable, or its default
             )
         except openai.OpenAIError as err:
             raise _no_credentials() from err
@@ -97,5 +111,5 @@ class OpenAIProvider:
             raise AttemptFailed(IncompleteStream(str(err)), snapshot.usage, had_output=True) from err
 
 
-def _no_credentials() -> ProviderError:
-    return ProviderError(NO_CREDENTIALS, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)
+def _no_credentials(message: str = NO_CREDENTIALS) -> ProviderError:
+    return ProviderError(message, failure_class=FailureClass.PROVIDER_AUTH, retryable=False)

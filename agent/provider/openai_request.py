@@ -115,6 +115,8 @@ def chat_body(request: ProviderRequest) -> dict[str, Any]:
         "stream": True,
         "stream_options": {"include_usage": True},  # the last chunk then carries the usage
     }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
     tools = chat_tools(request)
     if tools:
         body["tools"] = tools

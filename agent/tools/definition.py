@@ -40,6 +40,9 @@ class Tool:
     approval: bool = False
     server: str | None = None
     """The MCP server a tool comes from (None: a Python `@tool`); events and `baton tools` name it."""
+    unavailable: str | None = None
+    """Why this tool cannot run here (a unit's pinned definition offers it, this worker lacks its code): its calls
+    are answered with this as an error, and nothing runs."""
     _validator: Any = field(default=None, repr=False, compare=False)
 
     def to_api(self) -> dict[str, Any]:
@@ -54,6 +57,25 @@ class Tool:
         if self.server is not None:
             return f"mcp:{self.server}"
         return f"python:{getattr(self.fn, '__module__', None) or '?'}"
+
+
+NO_LONGER_AVAILABLE = "Tool {name} is no longer available."
+
+
+def no_longer_available(name: str) -> str:
+    """The contract's words for a call to a tool the unit can no longer run."""
+    return NO_LONGER_AVAILABLE.format(name=name)
+
+
+def stand_in_for(name: str, description: str, input_schema: dict[str, Any]) -> Tool:
+    """A tool offered as a unit's definition recorded it whose code this worker does not have: the model is offered
+    the same bytes (so the request, and its prompt cache, do not change), and a call is answered
+    `no_longer_available` without running anything."""
+
+    def fn(**_: Any) -> str:
+        raise ToolError(no_longer_available(name))
+
+    return Tool(name, description, input_schema, "read", fn, unavailable=no_longer_available(name))
 
 
 @dataclass(frozen=True)

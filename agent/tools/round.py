@@ -26,6 +26,7 @@ from agent.messages import (
     ToolUseBlock,
 )
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
+from agent.tools.definition import no_longer_available
 from agent.tools.threads import tool_threads
 
 
@@ -166,8 +167,10 @@ def _tool_step(
         )
         _account(state, call, effect, block, status=recorded.get("log_status", "ok"), executed=True)
         return block
-    if tool is None:
-        outcome, status = ToolOutcome(f"unknown tool {call.name!r}", is_error=True), "error"
+    if tool is None or tool.unavailable is not None:
+        # Not offered any more (an agent upgraded, a tool removed), or offered from a pinned definition whose code
+        # this worker lacks: answered, never run, even when an earlier execution wrote its write-ahead entry.
+        outcome, status = ToolOutcome(no_longer_available(call.name), is_error=True), "error"
     elif recorded is not None and recorded["status"] == "committing" and not tool.idempotent:
         # The effect may or may not have happened; running it again could do it twice.
         outcome, status = ToolOutcome(INTERRUPTED_RESULT), "interrupted"

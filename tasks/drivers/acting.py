@@ -72,16 +72,24 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
             kwargs=task.request.kwargs,
             task_id=task.request.id,
             countdown=broker_countdown(settings.broker, outcome.countdown),
+            queue=delivered_queue(task),  # back where it came from: its agent's queue, not this worker's default
         )
         raise Ignore()
     exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
     raise task.retry(countdown=broker_countdown(settings.broker, outcome.countdown), exc=exc, max_retries=None)
 
 
+def delivered_queue(task: Task) -> str:
+    """The queue the task's message came from (a unit's agent may have its own), else the worker's default."""
+    info = task.request.delivery_info or {}
+    queue = info.get("routing_key")
+    return queue if isinstance(queue, str) and queue else settings.queue
+
+
 def hand_off(task: Task, nxt: HandOff) -> None:
     """Start the chat's next turn, right after this one's settle; if this fails, the lost-message sweep does."""
     try:
-        task.apply_async(args=list(nxt.args), task_id=nxt.task_id)
+        task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue)
     except Exception:
         log.warning("could not start the next turn %s; the sweep will", nxt.args, exc_info=True)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
+from agent.agents.pinning import Choice
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.history.context import context_window
 from agent.history.rounds import load_round, seed_state, usable_round
@@ -34,8 +35,8 @@ from agent.provider.replay import RequestFailed
 from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
+from tasks.execution.agency import Agency
 from tasks.execution.live import RedisLiveText
-from tasks.execution.requeue import Requeueing
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
@@ -77,7 +78,7 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
 
 
-class Execution(Requeueing):
+class Execution(Agency):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
@@ -108,7 +109,11 @@ class Execution(Requeueing):
             self.replication_id = replid(info)
             REPLICAS.note(master, info)  # the replicas a write tool's entry waits for, read in the same reply
         # One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
-        # (the common case, a unit's first start) the start itself.
+        # (the common case, a unit's first start) the start itself, as the fleet's default agent and model: a unit
+        # that names another agent or model is started below, once its agent is resolved.
+        default = wiring.agents(self.settings).get(None)
+        assert default is not None  # a registry always has its default
+        self.choice, self.model = Choice(default), default.model
         taken = take(
             client,
             lease,
@@ -117,11 +122,14 @@ class Execution(Requeueing):
             hostname=self.hostname,
             check_head=chat,
             start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
+            starts_as=(default.name, default.model),
         )
+        self.choice = None
         rec = UnitRecord.from_hash(taken.record)
         if rec is not None and taken.started:
             rec.history_len = len(taken.transcript or [])  # the script pushed the user's message: it ends them
             self._running(rec)
+            self._adopt(rec, Choice(default))
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -235,6 +243,15 @@ class Execution(Requeueing):
     def _execute(self, rec: UnitRecord, loaded: Loaded) -> Outcome:
         unit, settings = self.unit, self.settings
         history = parse_transcript(loaded.transcript)
+        if self.choice is None:
+            choice = self._choose(rec)
+            if choice.agent is None:
+                handed_back = None if stopping(loaded, rec) else self._hand_back(rec, started=rec.history_len >= 0)
+                if handed_back is not None:
+                    return handed_back
+                self._start(rec, loaded, history)
+                return self._settle_stopped(rec, LoopState()) if stopping(loaded, rec) else self._agent_unknown(rec)
+            self._adopt(rec, choice)
         if not loaded.started:
             self._start(rec, loaded, history)
         journal = RedisJournal(
@@ -266,16 +283,17 @@ class Execution(Requeueing):
         state = self._seed(rec, journal)
         config = self._config(rec)
         tools: Mapping[str, Tool]
+        agent = self.choice.agent if self.choice is not None else None
         if unit.driver is Driver.CHAT_TURN:
-            tools = wiring.chat_tools(settings)
+            tools = wiring.chat_tools(settings, agent)
         else:
-            self.run_servers = wiring.run_servers(settings, rec.workspace or ".")
-            tools = wiring.run_tools(settings, rec.workspace or ".", self.run_servers)
+            self.run_servers = wiring.run_servers(settings, rec.workspace or ".", agent)
+            tools = wiring.run_tools(settings, rec.workspace or ".", self.run_servers, agent)
         try:
             run_loop(
                 history,
                 state,
-                provider=wiring.build_provider(settings, self.client),
+                provider=wiring.build_provider(settings, self.client, agent),
                 tools=tools,
                 edge=journal,
                 cancel=self.cancel,
@@ -299,11 +317,13 @@ class Execution(Requeueing):
         history_len, and its entry for the lost-worker sweep (`take` writes it with the lease when it can)."""
         unit = self.unit
         batch = Batch().add("RPUSH", keys.transcript(unit.owner_id), dump_message(user_text(text, unit.unit_id)))
-        self._event(batch, f"{unit.event_prefix}.started", {"generation": 0})
+        self._event(batch, f"{unit.event_prefix}.started", {"generation": 0, **self._agent_fields()})
         return self._running_fields(batch, history_len, now)
 
     def _running_fields(self, batch: Batch, history_len: int | str, now: float) -> Batch:
-        fields: dict[str, object] = {"status": "running", "waiting_reason": None, "history_len": history_len}
+        fields: dict[str, object] = {
+            "status": "running", "waiting_reason": None, "history_len": history_len, **self._agent_fields()
+        }
         if self.task_id:  # else the record keeps the task id it has
             fields["task_id"] = self.task_id
         batch.hset(self.unit.record_key, {**fields, "updated_at": now})
@@ -327,7 +347,8 @@ class Execution(Requeueing):
             start = Batch()
             if rec.history_len < 0:
                 rec.history_len = len(loaded.transcript)
-                self._event(start, f"{unit.event_prefix}.started", {"generation": rec.generation})
+                started = {"generation": rec.generation, **self._agent_fields()}
+                self._event(start, f"{unit.event_prefix}.started", started)
             elif rec.waiting_reason == "platform_interrupt":
                 self._event(
                     start,
@@ -335,6 +356,8 @@ class Execution(Requeueing):
                     {"after_interruptions": rec.interruptions},
                 )
             self._running_fields(start, rec.history_len, now)
+        if self.choice is not None:
+            self._upgrade(start, self.choice)
         self._running(rec)
         self.fence.commit(start)
 
@@ -345,18 +368,20 @@ class Execution(Requeueing):
             owner_id=unit.owner_id,
             turn_id=unit.unit_id,
             driver=unit.driver,
-            model=settings.model,
+            model=self.model or settings.model,
             max_rounds=settings.run_max_steps if is_run else settings.max_rounds,
             retry_budget=settings.retry_budget,
             backoff=wiring.backoff(settings),
-            system=RUN_SYSTEM if is_run else None,
+            system=self._system(),
             deadline=time.monotonic() + settings.run_wall_clock if is_run else None,
             stop_grace=settings.stop_grace,
             drain_grace=settings.drain_grace,
             # A new generation starts a new journal, so its steps get new ids (a resume keeps the old rounds').
             message_prefix=unit.unit_id if rec.generation == 0 else f"{unit.unit_id}:g{rec.generation}",
             prompt_cache=settings.prompt_cache == "on",
-            context_tokens=settings.context_tokens or context_window(settings.model),
+            context_tokens=settings.context_tokens or context_window(self.model or settings.model),
+            max_tokens=agent.max_tokens if (agent := self.choice.agent if self.choice else None) else 4096,
+            temperature=agent.temperature if agent is not None else None,
         )
 
     def _seed(self, rec: UnitRecord, journal: RedisJournal) -> LoopState:
@@ -392,8 +417,3 @@ class Execution(Requeueing):
         rec.resumed = True
         return state
 
-
-RUN_SYSTEM = (
-    "You are a coding agent working inside a workspace directory. Use the tools to read, write and list "
-    "files and to run commands. When the goal is reached, answer with a short summary and no tool calls."
-)

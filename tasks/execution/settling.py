@@ -48,6 +48,7 @@ class HandOff:
 
     args: tuple[str, ...]
     task_id: str
+    queue: str | None = None  # its agent's queue (None: the worker's default)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ class Settling:
         nxt = chat_head_record(self.client, self.unit.owner_id)
         if nxt is None or nxt.status == "running":
             return None
-        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id)
+        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue)
 
     def _stored_round(self, state: LoopState) -> bytes | None:
         """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,12 +11,15 @@ from types import MappingProxyType
 
 import redis
 
+from agent.agents import Registry, Resolved
+from agent.agents.registry import load_agents
 from agent.errors import ToolDefinitionError
 from agent.loop.policy import Backoff
 from agent.per_process import PerProcess
-from agent.provider.base import Provider
+from agent.provider.base import Endpoint, Provider
 from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
 from agent.tools import Tool, by_name, load_tools
+from agent.tools.definition import stand_in_for
 from agent.tools.mcp.config import ServerSpec, load_servers
 from agent.tools.mcp.connections import Servers
 from agent.tools.mcp.mapping import RemoteTool, ToolSet, baton_tool, server_of, stand_in, unavailable_text
@@ -92,31 +96,34 @@ def scripted_cues(spec: str) -> dict[str, Cue]:
 _providers: PerProcess[Provider] = PerProcess()
 
 
-def build_provider(settings: Settings, client: redis.Redis) -> Provider:
-    """The provider of an execution: Anthropic's or OpenAI's is built once per process and shared by its executions.
+def build_provider(settings: Settings, client: redis.Redis, agent: Resolved | None = None) -> Provider:
+    """The provider of an execution: Anthropic's or OpenAI's is built once per process and endpoint (the agent's
+    provider, base URL and key variable) and shared by the executions that call it.
 
-    One provider per process, its SDK clients shared by the executions, so a turn does not pay for a new
-    client, a new pool and a new TCP/TLS handshake with the provider: one client at prefork's one unit per
+    One provider per endpoint per process, its SDK clients shared by the executions, so a turn does not pay for a
+    new client, a new pool and a new TCP/TLS handshake with the provider: one client at prefork's one unit per
     process, one per `STREAMS_PER_PROVIDER_CLIENT` units at a threads pool's hundreds (`AnthropicProvider`
     says why). It is keyed by pid so a forked pool child never shares its parent's sockets: each builds its
     own on first use, after the fork. The SDK's client is safe to share between threads; the provider keeps
     no per-call state.
     """
-    if settings.provider == "scripted":
+    provider = agent.provider if agent is not None else settings.provider
+    if provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
-    if settings.provider == "openai":
+    endpoint = Endpoint(agent.base_url, agent.api_key_env) if agent is not None else Endpoint()
+    if provider == "openai":
         from agent.provider.openai_provider import OpenAIProvider  # the SDK import is slow; only workers pay
 
         def make() -> Provider:
-            return OpenAIProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards())
+            return OpenAIProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint)
 
     else:
         from agent.provider.anthropic_provider import AnthropicProvider
 
         def make() -> Provider:
-            return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards())
+            return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint)
 
-    return _providers.get((settings.provider, settings.stream_idle_timeout), make)
+    return _providers.get((provider, settings.stream_idle_timeout, endpoint.base_url, endpoint.api_key_env), make)
 
 
 def _shards() -> int:
@@ -127,23 +134,71 @@ def backoff(settings: Settings) -> Backoff:
     return Backoff(scale=settings.backoff_scale)
 
 
+def agents(settings: Settings) -> Registry:
+    """The agents this process serves (`BATON_AGENTS`, else the one `default` agent of the settings), loaded and
+    resolved once per process; an `AgentError` or a tool's load error says what is wrong."""
+    return _registry(settings.agents, settings.provider, settings.model, settings.tools, settings.mcp_servers)
+
+
+@lru_cache(maxsize=8)
+def _registry(spec: str, provider: str, model: str, tools: str, mcp: str) -> Registry:
+    servers = [s.name for s in mcp_specs(mcp)] if mcp else []
+    if not spec:
+        return Registry.of_settings(provider=provider, model=model, tools=_loaded(tools), servers=servers)
+    return Registry.build(load_agents(spec), provider=provider, model=model, servers=servers)
+
+
+def agent_python_tools(registry: Registry, agent: Resolved) -> list[Tool]:
+    """`agent`'s Python tools with this worker's code. A definition recorded by another version (pinned) offers its
+    tools as recorded (the same bytes to the model), each running this worker's code of that name (from any agent it
+    serves); one whose code this worker lacks is a stand-in whose calls say it is no longer available."""
+    mine = registry.get(agent.name)
+    if mine is not None and mine.version == agent.version:
+        return list(registry.python_tools(agent.name))
+    code = {t.name: t for name in registry.agents for t in registry.python_tools(name)}
+    code.update({t.name: t for t in registry.python_tools(agent.name)})
+    out = []
+    for spec in agent.tools:
+        found = code.get(spec.name)
+        if found is None:
+            out.append(stand_in_for(spec.name, spec.description, spec.input_schema))
+        elif found.description != spec.description or found.input_schema != spec.input_schema:
+            out.append(dataclasses.replace(found, description=spec.description, input_schema=spec.input_schema))
+        else:
+            out.append(found)
+    return out
+
+
 @lru_cache(maxsize=8)
 def _loaded(spec: str) -> tuple[Tool, ...]:
     """`BATON_TOOLS` loaded once per process (its modules imported, its schemas built)."""
     return tuple(load_tools(spec))
 
 
-@lru_cache(maxsize=8)
-def _chat_tools(spec: str) -> Mapping[str, Tool]:
-    return MappingProxyType(by_name(_loaded(spec)))
-
-
-def chat_tools(settings: Settings) -> Mapping[str, Tool]:
-    """A chat turn's tools: `BATON_TOOLS`, and the MCP servers' tools as they are listed now."""
+def chat_tools(settings: Settings, agent: Resolved | None = None) -> Mapping[str, Tool]:
+    """A chat turn's tools: its agent's (by default the fleet's default agent: `BATON_TOOLS` and every MCP server),
+    its MCP servers' tools as they are listed now."""
+    registry = agents(settings)
+    agent = agent or registry.get(None)
+    assert agent is not None  # a registry always has its default
     servers = mcp_servers(settings)
-    if servers is None:
-        return _chat_tools(settings.tools)
-    return _tool_set([*_loaded(settings.tools), *mcp_tools(settings)], dict.fromkeys(servers.specs, servers))
+    mine = registry.get(agent.name)
+    same = mine is not None and mine.version == agent.version
+    if servers is None or not agent.mcp_servers:
+        if same:
+            return _agent_tools(registry, agent.name)
+        return MappingProxyType(by_name(agent_python_tools(registry, agent)))
+    python = agent_python_tools(registry, agent)
+    named = set(agent.mcp_servers)
+    remote = [t for t in mcp_tools(settings) if t.server in named]
+    return _tool_set([*python, *remote], {name: servers for name in servers.specs if name in named})
+
+
+@lru_cache(maxsize=32)
+def _agent_tools(registry: Registry, name: str) -> Mapping[str, Tool]:
+    """An agent's Python tools by name, built once per process (the common case: the unit runs this worker's own
+    version of its agent)."""
+    return MappingProxyType(by_name(registry.python_tools(name)))
 
 
 def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
@@ -153,21 +208,29 @@ def sandbox_policy(settings: Settings) -> SandboxPolicy | None:
     return SandboxPolicy(network=settings.sandbox_network == "on", run_as=settings.sandbox_uid)
 
 
-def run_tools(settings: Settings, workspace: str, own: RunServers | None = None) -> Mapping[str, Tool]:
-    """A run's tools: its workspace's own (they are bound to its directory), the shared `BATON_TOOLS`, and the MCP
-    servers' tools: its own stdio servers' (`own`, in its sandbox) and the worker's for the rest."""
-    tools = [*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *_loaded(settings.tools)]
+def run_tools(
+    settings: Settings, workspace: str, own: RunServers | None = None, agent: Resolved | None = None
+) -> Mapping[str, Tool]:
+    """A run's tools: its workspace's own (they are bound to its directory), its agent's Python tools (by default
+    the fleet's default agent's: `BATON_TOOLS`), and its agent's MCP servers' tools: its own stdio servers' (`own`,
+    in its sandbox) and the worker's for the rest."""
+    registry = agents(settings)
+    agent = agent or registry.get(None)
+    assert agent is not None
+    tools = [*workspace_tools(workspace, sandbox=sandbox_policy(settings)), *agent_python_tools(registry, agent)]
     shared = mcp_servers(settings)
-    if shared is None:
+    named = set(agent.mcp_servers)
+    if shared is None or not named:
         return by_name(tools)
-    sources = dict.fromkeys(shared.specs, shared)
+    sources = {name: shared for name in shared.specs if name in named}
     if own is not None:
-        sources.update(dict.fromkeys(own.servers.specs, own.servers))
-        tools += [t for t in mcp_tools(settings) if t.server not in own.servers.specs]
+        sources.update({name: own.servers for name in own.servers.specs if name in named})
+        tools += [t for t in mcp_tools(settings) if t.server in named and t.server not in own.servers.specs]
         for name, listed in own.servers.listing().items():
-            tools += _as_tools(own.servers, name, listed, settings)
+            if name in named:
+                tools += _as_tools(own.servers, name, listed, settings)
     else:
-        tools += mcp_tools(settings)
+        tools += [t for t in mcp_tools(settings) if t.server in named]
     return _tool_set(tools, sources)
 
 
@@ -199,14 +262,17 @@ class RunServers:
             self.launcher.close()
 
 
-def run_servers(settings: Settings, workspace: str) -> RunServers | None:
+def run_servers(settings: Settings, workspace: str, agent: Resolved | None = None) -> RunServers | None:
     """The stdio servers of a run's execution, launched in its sandbox (cwd its workspace, the sandbox's minimal
     environment plus each server's `env`); they start when its tools are listed. None when there is no stdio server,
     or under `BATON_SANDBOX=none`, where the worker's own serve the run as they serve chat turns."""
     policy = sandbox_policy(settings)
     if not settings.mcp_servers or policy is None:
         return None
-    stdio = tuple(s for s in mcp_specs(settings.mcp_servers) if s.transport == "stdio")
+    named = set(agent.mcp_servers) if agent is not None else None  # None: every server (the default agent's)
+    stdio = tuple(
+        s for s in mcp_specs(settings.mcp_servers) if s.transport == "stdio" and (named is None or s.name in named)
+    )
     if not stdio:
         return None
     launcher = RunLauncher(workspace, policy)

@@ -25,6 +25,7 @@ import redis
 from celery import signals
 from celery.concurrency import get_implementation
 
+from agent.agents import AgentError
 from agent.errors import CueLoadError, McpConfigError, ToolDefinitionError, ToolLoadError
 from agent.tools import commands
 from config.topology import broker_kind
@@ -37,6 +38,7 @@ from tasks.runtime.gevent_compat import call_off_the_hub
 from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.outage import Outage
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
+from tasks.store import agents as published_agents
 from tasks.store import connect, keys
 
 log = logging.getLogger("baton.drain")
@@ -134,7 +136,9 @@ def _sweep_forever(hostname: str) -> None:
                     pipe.delete(key)
                 pipe.execute()
                 cleared = True
+                publish_agents(client, hostname, definitions=True)
             else:
+                publish_agents(client, hostname, definitions=False)
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
                 trim_live_text(client, time.time())
@@ -147,6 +151,23 @@ def _sweep_forever(hostname: str) -> None:
                     log.warning("republished %s: the broker lost its message before it started", owner_id)
         if _sweeper_halt.wait(interval):
             return
+
+
+_agents_forgotten = [0.0]  # when this worker last dropped stale published entries (monotonic)
+
+
+def publish_agents(client: redis.Redis, hostname: str, *, definitions: bool) -> None:
+    """Say which agents this worker serves (clients validate against it; `baton agents` lists it), with their
+    definitions at start; now and then forget the entries no worker renewed within BATON_AGENT_WAIT."""
+    now = time.time()
+    published_agents.publish(client, wiring.agents(settings), hostname, now, definitions=definitions)
+    if time.monotonic() - _agents_forgotten[0] >= AGENTS_FORGET_SECONDS:
+        _agents_forgotten[0] = time.monotonic()
+        _, stale = published_agents.fold(client.hgetall(keys.AGENTS), now, settings.agent_wait)
+        published_agents.forget(client, stale)
+
+
+AGENTS_FORGET_SECONDS = 30.0
 
 
 @contextlib.contextmanager
@@ -190,6 +211,10 @@ def _prepare_worker(sender: Any = None, **_: Any) -> None:
         wiring.chat_tools(wiring.without_mcp(settings))  # the MCP servers start after the fork, in each process
     except (ToolLoadError, ToolDefinitionError) as err:
         _refuse_to_start("BATON_TOOLS", err)
+    try:
+        wiring.agents(settings)  # reads BATON_MCP_SERVERS' names only; no server starts here
+    except (AgentError, ToolLoadError, ToolDefinitionError) as err:
+        _refuse_to_start("BATON_AGENTS", err)
     if settings.provider == "scripted":
         try:
             wiring.scripted_cues(settings.scripted_cues)

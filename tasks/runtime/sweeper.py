@@ -113,7 +113,7 @@ def publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
         if rec.kind == "turn"
         else ("baton.coding_run", [rec.unit_id])
     )
-    app.send_task(name, args=args, task_id=rec.task_id or None, queue=settings.queue)
+    app.send_task(name, args=args, task_id=rec.task_id or None, queue=rec.queue or settings.queue)
 
 
 KOMBU_UNACKED = "unacked"  # the hash where kombu's Redis transport keeps delivered, unacknowledged messages

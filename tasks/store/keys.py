@@ -30,6 +30,10 @@ RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
 APPROVAL_DUE = f"{PREFIX}:approvals:due"  # sorted set: [owner, unit, tool_use_id] -> when it expires (unix s)
 DELTA_TRIM = f"{PREFIX}:deltas:trim"  # sorted set: [owner, unit, since ms] -> when its live text is deleted
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
+# Agents (tasks/store/agents.py): what workers serve, and every definition a unit may have recorded. Fleet-wide and
+# small (a few entries per agent and worker), read rarely: one key each, on one node of a cluster.
+AGENTS = f"{PREFIX}:agents"  # hash: "NAME\tHOSTNAME" -> {summary, default, at} (JSON), published at every sweep
+AGENT_DEFS = f"{PREFIX}:agents:defs"  # hash: version -> the resolved definition (JSON), for units pinned to it
 
 
 # Fixed for the life of a store: another count moves every unit's keys. 64 keeps a cluster of up to 64 masters

@@ -44,6 +44,13 @@ class UnitRecord(BaseModel):
     status: Status = "queued"
     text: str = ""  # the user's message, or the run's goal
     workspace: str | None = None
+    # The agent it runs: named at enqueue (None: the chat's, else the fleet's default), resolved when it starts
+    # (name, version and model written then, and kept: agent/agents/resolved.py). `queue`: where its messages go.
+    agent: str | None = None
+    agent_version: str | None = None
+    model: str | None = None
+    queue: str | None = None
+    agent_wait_since: float | None = None  # first handed back by a worker that does not serve its agent
     task_id: str = ""
     generation: int = 0
     auto_resumes: int = 0
@@ -100,6 +107,9 @@ class TurnResult(BaseModel):
     resumed: bool
     failure: dict[str, Any] | None
     usage: UsageOut
+    agent: str | None = None
+    agent_version: str | None = None
+    model: str | None = None
 
 
 class RunRef(BaseModel):
@@ -120,6 +130,9 @@ class RunStatus(BaseModel):
     reply: str | None
     failure: dict[str, Any] | None
     usage: UsageOut
+    agent: str | None = None
+    agent_version: str | None = None
+    model: str | None = None
 
 
 def turn_result(rec: UnitRecord) -> TurnResult:
@@ -133,6 +146,9 @@ def turn_result(rec: UnitRecord) -> TurnResult:
         resumed=rec.resumed,
         failure=rec.failure.public() if rec.failure else None,
         usage=rec.usage,
+        agent=rec.agent,
+        agent_version=rec.agent_version,
+        model=rec.model,
     )
 
 
@@ -146,4 +162,7 @@ def run_status(rec: UnitRecord) -> RunStatus:
         reply=rec.reply,
         failure=rec.failure.public() if rec.failure else None,
         usage=rec.usage,
+        agent=rec.agent,
+        agent_version=rec.agent_version,
+        model=rec.model,
     )

@@ -17,6 +17,7 @@ Any other case (a retry, a resume, a draining worker, an escaped text) is starte
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import redis
@@ -29,18 +30,21 @@ from tasks.store.replies import text_or_none
 TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to the script (`fenced.fill`)
 
 # KEYS: record, queue, lease, stop, drain, transcript, then the start batch's keys. ARGV: unit id, token, ttl ms,
-# "1" to check the head, the start batch's ops ("" for none), the marks of TEXT and HISTORY_LEN.
+# "1" to check the head, the start batch's ops ("" for none), the marks of TEXT and HISTORY_LEN, and the agent and
+# model the batch starts the unit with (JSON): a record naming others is started by the caller, which resolves them.
 # Replies: {record} (missing or finished), {record, head} (not the head), {record, head, 0} (lease held),
 # {record, head, 1, stop, draining, transcript, started}. A nil head (not checked, or an empty queue) comes as false.
 _TAKE = RUN_OPS + """
 local rec = redis.call('HGETALL', KEYS[1])
-local status, history_len, generation, text = nil, '-1', '0', nil
+local status, history_len, generation, text, agent, model = nil, '-1', '0', nil, 'null', 'null'
 for i = 1, #rec, 2 do
   local field = rec[i]
   if field == 'status' then status = rec[i + 1]
   elseif field == 'history_len' then history_len = rec[i + 1]
   elseif field == 'generation' then generation = rec[i + 1]
-  elseif field == 'text' then text = rec[i + 1] end
+  elseif field == 'text' then text = rec[i + 1]
+  elseif field == 'agent' then agent = rec[i + 1]
+  elseif field == 'model' then model = rec[i + 1] end
 end
 if #rec == 0 or status == '"completed"' or status == '"failed"' or status == '"stopped"' then
   return {rec}
@@ -57,6 +61,7 @@ local hl = tonumber(history_len) or -1
 local stop, draining = redis.call('GET', KEYS[4]), redis.call('EXISTS', KEYS[5])
 local started = 0
 if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and text ~= nil
+   and (agent == 'null' or agent == ARGV[8]) and (model == 'null' or model == ARGV[9])
    and #text >= 2 and string.sub(text, 1, 1) == '"' and string.sub(text, -1) == '"'
    and not string.find(text, '\\\\u', 1, true) then
   local fills = {}
@@ -96,13 +101,15 @@ def take(
     hostname: str,
     check_head: bool,
     start: Batch | None = None,
+    starts_as: tuple[str, str] = ("", ""),
 ) -> Taken:
     """Read the unit's record and, if it may run (unfinished, and with `check_head` its chat's head), take the
     lease and read the stop and drain flags and the transcript (to the unit's `history_len`, all when -1).
 
     `start`: a first generation's start, written with the lease when the record is one (see the module); it may
     leave the record's text (`fill(TEXT)`) and the transcript's length after its own pushes (`fill(HISTORY_LEN)`)
-    to the script."""
+    to the script. `starts_as`: the agent and model `start` runs the unit with; only a record naming them (or
+    naming none) is started by it."""
     own = [
         keys.record(owner_id, unit_id),
         keys.queue(owner_id),
@@ -121,6 +128,8 @@ def take(
             start.ops_json(compact=False) if start else "",
             fill_mark(TEXT),
             fill_mark(HISTORY_LEN),
+            json.dumps(starts_as[0]),
+            json.dumps(starts_as[1]),
         ],
     )
     flat = reply[0]

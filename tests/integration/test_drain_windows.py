@@ -112,7 +112,7 @@ def _harness(monkeypatch: pytest.MonkeyPatch, store: redis.Redis, drains: Drains
             return answer
 
     provider = HookedProvider(script)
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: provider)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
     monkeypatch.setattr(wiring, "run_tools", lambda settings, workspace, own=None: by_name([note]))
 
     real_record = journal_module.RedisJournal.record

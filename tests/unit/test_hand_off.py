@@ -35,7 +35,7 @@ class FakeApp:
 def store(monkeypatch):
     client = fakeredis.FakeRedis()
     monkeypatch.setattr(wiring, "redis_client", lambda url: client)
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: ScriptedProvider([reply_text("hi")] * 4))
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: ScriptedProvider([reply_text("hi")] * 4))
     return client
 
 

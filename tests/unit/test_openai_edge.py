@@ -115,7 +115,8 @@ def test_a_history_with_a_dangling_call_converts_to_a_request_that_pairs():
         user_text("and now?"),
     ]
     messages = RequestHistory().api(history)
-    request = build_request(RequestShape("m", [], "sys", True, 200_000), messages, cut=0)
+    offered = [{"name": "w", "description": "writes", "input_schema": {"type": "object"}}]
+    request = build_request(RequestShape("m", offered, "sys", True, 200_000), messages, cut=0)
     body = chat_body(request)
     assert unpaired_calls(body["messages"]) == []
     tool_messages = [m for m in body["messages"] if m["role"] == "tool"]

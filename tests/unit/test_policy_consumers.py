@@ -68,7 +68,7 @@ def _execute(monkeypatch, client, driver, tmp_path, fault, budget=1):
     provider = ScriptedProvider([reply_tool("list_files" if driver is Driver.CODING_RUN else "lookup",
                                             {} if driver is Driver.CODING_RUN else {"key": "k"}),
                                  reply_fault(fault), reply_text("recovered")])
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: provider)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
     monkeypatch.setenv("BATON_TEST_COUNTER_URL", "redis://fake:6379/0")
     monkeypatch.setattr("tests.support.counting_tools._redis", lambda: client)
     unit = _prepare(client, driver, tmp_path)

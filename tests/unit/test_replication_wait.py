@@ -84,7 +84,7 @@ def _executions(monkeypatch, unit: Unit):
         tools="tests.support.counting_tools:TOOLS",
     )
     provider = ScriptedProvider([reply_tool("record_note", {"note": "n"}, call_id="toolu_1"), reply_text("ok")])
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: provider)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
     return lambda: Execution(settings, unit, hostname="w@test", task_id="task-1").run()
 
 

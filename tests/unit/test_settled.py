@@ -46,7 +46,7 @@ def _signals(store) -> list[bytes]:
 
 
 def _run(monkeypatch, replies: list[ScriptedReply]):
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: ScriptedProvider(replies))
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: ScriptedProvider(replies))
     return Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
 
 

@@ -30,7 +30,7 @@ def store(monkeypatch):
     for script in (_TAKE, _FENCED):  # a server that has run them before: EVALSHA from the first call on
         client.script_load(script)
     monkeypatch.setattr(wiring, "redis_client", lambda url: client)
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c: ScriptedProvider([reply_text("hi")]))
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: ScriptedProvider([reply_text("hi")]))
     return client
 
 
