@@ -33,8 +33,10 @@ from tasks import client_core as core
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
+from tasks.store import agents as published_agents
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
+from tasks.store.agents import Published
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
 from tasks.store.async_pools import AsyncPools
 from tasks.store.reads import parse_transcript
@@ -93,6 +95,7 @@ class AsyncClient:
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="baton-publish")
         self._threads.submit(self._publisher.warm, PUBLISH_THREADS)  # see Publisher.warm: not on a burst's time
         self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
+        self._agents_cache: tuple[float, list[Published]] = (-1e9, [])
         watch = OwnReads if keys.clustered() else SettledWatch
         self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
 
@@ -160,13 +163,22 @@ class AsyncClient:
     # -- chat turns ------------------------------------------------------------------------------
 
     @_reaching
-    async def send_message(self, chat_id: str, text: str, on_busy: OnBusy = "enqueue") -> TurnRef:
-        """Enqueue a turn (see `Client.send_message`, `on_busy` included)."""
+    async def send_message(
+        self,
+        chat_id: str,
+        text: str,
+        on_busy: OnBusy = "enqueue",
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+    ) -> TurnRef:
+        """Enqueue a turn (see `Client.send_message`, `on_busy`, `agent` and `model` included)."""
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
+        pick = await self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now)
+        new = core.new_turn(chat_id, text, now, pick)
         owner = new.rec.owner_id
         enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:
@@ -180,9 +192,34 @@ class AsyncClient:
             parked = await self._record(owner, enqueued.woken)
             if parked is not None:
                 await self._send(parked)  # parked for approval, it holds no worker: it is started to stop
+        new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue  # the chat's, when the turn named none
         if enqueued.ahead == 0:
             await self._send(new.rec)
         return new.ref
+
+    @_reaching
+    async def agents(self) -> dict[str, Any]:
+        """The agents the workers serve now (see `Client.agents`)."""
+        return core.agents_answer(await self._listed(fresh=True))
+
+    async def _listed(self, *, fresh: bool = False) -> list[Published]:
+        at, listed = self._agents_cache
+        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
+            raw = await self._store.hgetall(keys.AGENTS)
+            listed = published_agents.fold(raw, time.time(), self.settings.agent_wait)[0]
+            self._agents_cache = (time.monotonic(), listed)
+        return listed
+
+    async def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
+        """As `Client._pick`."""
+        chat_agent = None
+        if model is not None and agent is None and owner.startswith("chat:"):
+            last = await self._last_turn(owner)
+            chat_agent = last.agent if last is not None else None
+        try:
+            return core.pick_agent(await self._listed(), agent, model, chat_agent)
+        except ValidationError:
+            return core.pick_agent(await self._listed(fresh=True), agent, model, chat_agent)
 
     async def _run_enqueue(
         self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy
@@ -376,11 +413,21 @@ class AsyncClient:
     # -- coding runs -----------------------------------------------------------------------------
 
     @_reaching
-    async def start_run(self, goal: str, workspace: str | os.PathLike[str], run_id: str | None = None) -> RunRef:
-        """Start a coding run in `workspace` (a directory on the workers' machine)."""
+    async def start_run(
+        self,
+        goal: str,
+        workspace: str | os.PathLike[str],
+        run_id: str | None = None,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+    ) -> RunRef:
+        """Start a coding run in `workspace` (a directory on the workers' machine), by `agent` with `model`."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
-        rec = core.new_run(goal, path, core.check_id(run_id, "run_id") if run_id is not None else None, time.time())
+        pick = await self._pick(keys.owner("run", "-"), agent, model)
+        ident = core.check_id(run_id, "run_id") if run_id is not None else None
+        rec = core.new_run(goal, path, ident, time.time(), pick)
         owner, run_id = rec.owner_id, rec.unit_id
         if not await self._store.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")

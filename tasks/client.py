@@ -29,7 +29,9 @@ from tasks.client_core import (
 )
 from tasks.publisher import Publisher
 from tasks.reach import STORE_ERRORS, Unavailable
+from tasks.store import agents as published_agents
 from tasks.store import keys
+from tasks.store.agents import Published
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
 from tasks.store.enqueue import Enqueue
@@ -76,6 +78,7 @@ class Client:
         self._publisher = Publisher(self.settings)
         self._celery = self._publisher.celery
         self._enqueue = Enqueue(self.redis)
+        self._agents_cache: tuple[float, list[Published]] = (-1e9, [])
 
     def close(self) -> None:
         self.redis.close()
@@ -83,18 +86,28 @@ class Client:
     # -- chat turns ------------------------------------------------------------------------------
 
     @_reaching
-    def send_message(self, chat_id: str, text: str, on_busy: OnBusy = "enqueue") -> TurnRef:
+    def send_message(
+        self,
+        chat_id: str,
+        text: str,
+        on_busy: OnBusy = "enqueue",
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+    ) -> TurnRef:
         """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead.
 
         `on_busy` says what happens when the chat has a turn queued or running: `enqueue` runs the new one after
         them; `interrupt` stops them (the notice `Interrupted by a new message.`) and runs it next; `reject`
-        enqueues nothing and raises `Busy` naming the chat's current turn.
+        enqueues nothing and raises `Busy` naming the chat's current turn. `agent` switches the chat to that
+        agent from this turn on (None: the chat's, else the fleet's default); `model` is one of its `models`.
         """
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
+        pick = self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now)
+        new = core.new_turn(chat_id, text, now, pick)
         owner, turn_id = new.rec.owner_id, new.rec.unit_id
         enqueued = self._enqueue(self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
@@ -110,12 +123,38 @@ class Client:
             parked = load_record(self.redis, owner, enqueued.woken)
             if parked is not None:
                 self._send(parked)  # parked for approval, it holds no worker: it is started to stop
+        new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue  # the chat's, when the turn named none
         if enqueued.ahead == 0:
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads
         # the queue inside its fenced write, atomic with this enqueue): published now, its message would only be
         # delivered, found not at the head and dropped. A hand-off lost to a crash is the lost-message sweep's.
         return new.ref
+
+    def agents(self) -> dict[str, Any]:
+        """The agents the workers serve now: `{"agents": [...]}`, each with its version, models, tools and the
+        workers serving it (as `baton agents --json`)."""
+        return core.agents_answer(self._listed(fresh=True))
+
+    def _listed(self, *, fresh: bool = False) -> list[Published]:
+        """What the workers publish, read at most every `AGENTS_FRESH_SECONDS` unless `fresh`."""
+        at, listed = self._agents_cache
+        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
+            listed = published_agents.read(self.redis, time.time(), self.settings.agent_wait)
+            self._agents_cache = (time.monotonic(), listed)
+        return listed
+
+    def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
+        """The caller's agent and model checked against what the workers publish (read again once before refusing:
+        a deploy may have just added the agent)."""
+        chat_agent = None
+        if model is not None and agent is None and owner.startswith("chat:"):
+            last = self._last_turn(owner)  # the model must be one the chat's agent allows
+            chat_agent = last.agent if last is not None else None
+        try:
+            return core.pick_agent(self._listed(), agent, model, chat_agent)
+        except ValidationError:
+            return core.pick_agent(self._listed(fresh=True), agent, model, chat_agent)
 
     def _last_turn(self, owner: str) -> UnitRecord | None:
         last = self.redis.lindex(keys.turns(owner), -1)
@@ -291,11 +330,22 @@ class Client:
     # -- coding runs -----------------------------------------------------------------------------
 
     @_reaching
-    def start_run(self, goal: str, workspace: str | os.PathLike[str], run_id: str | None = None) -> RunRef:
-        """Start a coding run in `workspace` (a directory on the workers' machine)."""
+    def start_run(
+        self,
+        goal: str,
+        workspace: str | os.PathLike[str],
+        run_id: str | None = None,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+    ) -> RunRef:
+        """Start a coding run in `workspace` (a directory on the workers' machine), by `agent` (None: the fleet's
+        default) with `model` (one of its `models`; None: its own)."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
-        rec = core.new_run(goal, path, core.check_id(run_id, "run_id") if run_id is not None else None, time.time())
+        pick = self._pick(keys.owner("run", "-"), agent, model)
+        ident = core.check_id(run_id, "run_id") if run_id is not None else None
+        rec = core.new_run(goal, path, ident, time.time(), pick)
         owner, run_id = rec.owner_id, rec.unit_id
         if not self.redis.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")

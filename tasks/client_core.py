@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from agent.events import TEXT_DELTA, Event, decode_event, encode_event
 from tasks.store import keys
+from tasks.store.agents import Published
 from tasks.store.approvals import Decided
 from tasks.store.enqueue import OnBusy
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
@@ -166,13 +167,14 @@ class NewTurn:
         return TurnRef(chat_id=self.rec.owner_id.partition(":")[2], turn_id=self.rec.unit_id, task_id=self.rec.task_id)
 
 
-def new_turn(chat_id: str, text_: str, now: float) -> NewTurn:
-    """A new turn of `chat_id` (ids drawn here)."""
+def new_turn(chat_id: str, text_: str, now: float, pick: AgentPick | None = None) -> NewTurn:
+    """A new turn of `chat_id` (ids drawn here), as `pick` chose its agent and model."""
     owner = keys.owner("chat", chat_id)
     turn_id = f"t-{uuid.uuid4().hex[:16]}"
+    pick = pick or AgentPick()
     rec = UnitRecord(
         kind="turn", owner_id=owner, unit_id=turn_id, text=text_, task_id=str(uuid.uuid4()), created_at=now,
-        updated_at=now,
+        updated_at=now, agent=pick.agent, model=pick.model, queue=pick.queue,
     )
     return NewTurn(rec, rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now))
 
@@ -182,9 +184,10 @@ def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:16]}"
 
 
-def new_run(goal: str, workspace: str, run_id: str | None, now: float) -> UnitRecord:
+def new_run(goal: str, workspace: str, run_id: str | None, now: float, pick: AgentPick | None = None) -> UnitRecord:
     """A new run's record (`run_id` drawn when None); `workspace` is the resolved directory."""
     run_id = run_id or new_run_id()
+    pick = pick or AgentPick()
     return UnitRecord(
         kind="run",
         owner_id=keys.owner("run", run_id),
@@ -194,7 +197,61 @@ def new_run(goal: str, workspace: str, run_id: str | None, now: float) -> UnitRe
         task_id=str(uuid.uuid4()),
         created_at=now,
         updated_at=now,
+        agent=pick.agent,
+        model=pick.model,
+        queue=pick.queue,
     )
+
+
+# -- agents ------------------------------------------------------------------------------------------
+
+# A client reads what the workers publish at most this often: a send then costs no read of its own. An unknown name
+# (an agent a deploy just added) reads it again before it is refused.
+AGENTS_FRESH_SECONDS = 5.0
+AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class AgentPick:
+    """What a unit is enqueued with: the agent it names (None: the chat's, else the fleet's default), the model
+    it asks for (None: its agent's), and the queue its messages go to (None: the client's `BATON_QUEUE`)."""
+
+    agent: str | None = None
+    model: str | None = None
+    queue: str | None = None
+
+
+def needs_listing(agent: object, model: object) -> bool:
+    """Whether a send must look at what the workers publish: it names an agent or a model."""
+    return agent is not None or model is not None
+
+
+def pick_agent(listed: list[Published], agent: object, model: object, chat_agent: str | None = None) -> AgentPick:
+    """Check a caller's `agent` and `model` against the published agents (`ValidationError` naming what is allowed).
+    `chat_agent`: the chat's agent, which a turn naming none keeps (None: a new chat, or one never started)."""
+    if agent is not None and (not isinstance(agent, str) or not AGENT_NAME.match(agent)):
+        raise ValidationError(f"agent must be 1-64 characters of letters, digits, '.', '_' or '-'; got {agent!r}")
+    if model is not None and (not isinstance(model, str) or not model or len(model) > 200):
+        raise ValidationError(f"model must be a model name of at most 200 characters; got {model!r}")
+    by_name = {p.name: p for p in listed}
+    served = ", ".join(by_name) or "none (no worker has published its agents)"
+    if agent is not None and agent not in by_name:
+        raise ValidationError(f"unknown agent {agent!r}; the workers serve: {served}")
+    default = next((p for p in listed if p.default), None)
+    name = agent or chat_agent or (default.name if default is not None else None)
+    entry = by_name.get(name) if name is not None else None
+    if model is not None:
+        if entry is None:
+            raise ValidationError(f"model {model!r} cannot be checked: agent {name or 'default'!r} is not served now")
+        if model not in entry.models:
+            raise ValidationError(f"model {model!r} is not one agent {entry.name!r} allows: {', '.join(entry.models)}")
+    queue = entry.queue if entry is not None and (agent is not None or chat_agent is None) else None
+    return AgentPick(agent=agent, model=model, queue=queue)
+
+
+def agents_answer(listed: list[Published]) -> dict[str, Any]:
+    """What `c.agents()` and `baton agents --json` answer."""
+    return {"agents": [p.public() for p in listed]}
 
 
 def requeue_fields(rec: UnitRecord, task_id: str, now: float) -> dict[str, str]:

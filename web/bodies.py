@@ -13,12 +13,16 @@ class _Body(BaseModel):
 class MessageIn(_Body):
     text: str
     on_busy: str = "enqueue"  # checked by the client (enqueue, interrupt or reject), so its message is the one seen
+    agent: str | None = None  # checked by the client against what the workers publish
+    model: str | None = None
 
 
 class RunIn(_Body):
     goal: str
     workspace: str
     run_id: str | None = None
+    agent: str | None = None
+    model: str | None = None
 
 
 class DecisionIn(_Body):

@@ -23,7 +23,9 @@ router = APIRouter(prefix="/api/chats")
 @router.post("/{chat_id}/messages", status_code=202)
 async def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
     """Enqueue a turn; answers as `baton send --json`."""
-    ref = await client.send_message(check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy)  # type: ignore[arg-type]
+    ref = await client.send_message(
+        check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy, agent=body.agent, model=body.model  # type: ignore[arg-type]
+    )
     return (await client.turn(ref.chat_id, ref.turn_id)).model_dump(mode="json")
 
 

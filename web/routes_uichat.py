@@ -85,7 +85,9 @@ async def chat(body: ChatIn, request: Request, client: deps.ClientDep) -> Respon
     store: aioredis.Redis = request.app.state.stream_redis
     owner = keys.owner("chat", chat_id)
     if isinstance(wanted, Send):
-        ref = await client.send_message(chat_id, wanted.text, on_busy=body.on_busy)  # type: ignore[arg-type]
+        ref = await client.send_message(
+            chat_id, wanted.text, on_busy=body.on_busy, agent=body.agent, model=body.model  # type: ignore[arg-type]
+        )
         plan = Plan(chat_id, ref.turn_id, await turn_start(store, owner, ref.turn_id))
     elif isinstance(wanted, Regenerate):
         retried = await client.retry(chat_id, kind="chat")

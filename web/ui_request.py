@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ChatIn(BaseModel):
-    """The transport's body; extra keys (an app's own `body` option) are allowed and ignored, but `on_busy`."""
+    """The transport's body; extra keys (an app's own `body` option) are allowed and ignored, but `on_busy`,
+    `agent` and `model`."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -24,6 +25,9 @@ class ChatIn(BaseModel):
     trigger: str = "submit-message"
     messageId: str | None = None  # the transport's field name
     on_busy: str = "enqueue"
+    # An app's model picker adds these through the transport's `body` option; the client checks them.
+    agent: str | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         default="enqueue",
         help="when the chat has a turn queued or running: run after it (default), interrupt it, or refuse (exit 1)",
     )
+    p.add_argument("--agent", help="the agent that answers (from this turn on; default: the chat's)")
+    p.add_argument("--model", help="one of the agent's models (default: its own)")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
     p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
@@ -52,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("goal")
     p.add_argument("--workspace", required=True)
     p.add_argument("--run-id")
+    p.add_argument("--agent", help="the agent that runs it (default: the fleet's default)")
+    p.add_argument("--model", help="one of the agent's models (default: its own)")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=3600.0)
     p = cmd("status", "a run's status")
@@ -73,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("tool_use_id")
     p.add_argument("--reason")
     p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
+    cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
     cmd("tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)")
     p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER)
@@ -149,11 +154,11 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None
 
 
 def _dispatch(client: Any, args: argparse.Namespace) -> int:
-    from tasks.cli.views import render_message, render_turn, run_exit, turn_exit
+    from tasks.cli.views import render_agents, render_message, render_turn, run_exit, turn_exit
 
     if args.command in ("send", "retry"):
         if args.command == "send":
-            ref = client.send_message(args.chat_id, args.text, on_busy=args.on_busy)
+            ref = client.send_message(args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model)
         else:
             ref = client.retry(args.id)
         if hasattr(ref, "run_id"):
@@ -168,7 +173,7 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         _emit(args, result.model_dump(), render_turn(result))
         return turn_exit(result, args.wait)
     if args.command == "run":
-        ref = client.start_run(args.goal, args.workspace, run_id=args.run_id)
+        ref = client.start_run(args.goal, args.workspace, run_id=args.run_id, agent=args.agent, model=args.model)
         status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
         _emit(
             args,
@@ -176,6 +181,10 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
             f"run {status.run_id}: {status.status}" + (f"\n{status.reply}" if status.reply else ""),
         )
         return run_exit(status, args.wait)
+    if args.command == "agents":
+        listed = client.agents()
+        _emit(args, listed, render_agents(listed))
+        return 0
     if args.command == "status":
         status = client.run_status(args.run_id)
         _emit(

@@ -64,3 +64,24 @@ def live_progress(client: Any, ref: Any, timeout: float) -> None:
             sys.stderr.write(f"  · {event.type}\n")
             if event.type in ("turn.completed", "turn.failed", "turn.stopped"):
                 return
+
+
+def render_agents(listed: dict[str, Any]) -> str:
+    """`baton agents`: one block per agent, the default first; what a person checks after a deploy."""
+    agents = listed.get("agents") or []
+    if not agents:
+        return "no agents: no worker has published its agents (is a worker running on this store?)"
+    lines = []
+    for a in agents:
+        default = " (default)" if a.get("default") else ""
+        lines.append(f"{a['name']}{default}  version {a['version']}  {a['provider']}:{a['model']}")
+        if len(a.get("models") or []) > 1:
+            lines.append(f"  models: {', '.join(a['models'])}")
+        tools = [f"{t['name']} ({t['effect']})" for t in a.get("tools") or []]
+        lines.append(f"  tools: {', '.join(tools) or 'none'}" + (f"; MCP: {', '.join(a['mcp_servers'])}"
+                                                                 if a.get("mcp_servers") else ""))
+        if a.get("queue"):
+            lines.append(f"  queue: {a['queue']}")
+        for w in a.get("workers") or []:
+            lines.append(f"  worker {w['hostname']}: version {w['version']}")
+    return "\n".join(lines)

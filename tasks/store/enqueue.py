@@ -23,9 +23,10 @@ OnBusy = Literal["enqueue", "interrupt", "reject"]
 
 # KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key.
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
-# the terminal statuses (JSON) as one space-separated list, on_busy, then the new record's fields and values.
+# the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, then
+# the new record's fields and values.
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
-# the id of a parked head woken to stop ('' for none)}.
+# the id of a parked head woken to stop ('' for none), the agent and queue written (JSON)}.
 _ENQUEUE = """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
@@ -46,8 +47,15 @@ if last then
   if status == '"failed"' and ARGV[6] == '1' then return {'failed', last} end
 end
 local fields = {}
-for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[6], unpack(fields))
+-- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default).
+if ARGV[9] == '1' and last then
+  local agent = redis.call('HGET', ARGV[1] .. last, 'agent')
+  if agent and agent ~= 'null' then
+    redis.call('HSET', KEYS[6], 'agent', agent, 'queue', redis.call('HGET', ARGV[1] .. last, 'queue') or 'null')
+  end
+end
 local queued = redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[1], ARGV[3])
 -- A new message invalidates a finished turn's stored round; an unfinished turn may still be about to resume from
@@ -72,7 +80,7 @@ if mode == 'interrupt' and #busy > 0 then
     woken = busy[1]
   end
 end
-return {'queued', queued, woken}
+return {'queued', queued, woken, redis.call('HGET', KEYS[6], 'agent'), redis.call('HGET', KEYS[6], 'queue')}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -86,6 +94,8 @@ class Enqueued:
     ahead: int = 0  # unfinished turns before the new one in the chat's queue when it was written
     busy: str | None = None  # `reject`: the chat's oldest unfinished turn (and nothing was written)
     woken: str | None = None  # `interrupt`: the head turn parked for approval, woken to stop (the caller sends it)
+    agent: str | None = None  # the agent written (the chat's, when the turn named none)
+    queue: str | None = None  # and its queue
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ def enqueue_call(
             "1" if if_failed else "0",
             _TERMINAL_JSON,
             on_busy,
+            "1" if record.get("agent", "null") == "null" else "0",
             *fields,
         ],
     )
@@ -139,7 +150,9 @@ def enqueued(reply: list[Any]) -> Enqueued:
         return Enqueued(failed_last=text(reply[1]))
     if what == "busy":
         return Enqueued(busy=text(reply[1]))
-    return Enqueued(ahead=int(reply[1]) - 1, woken=text(reply[2]) or None)
+    agent = json.loads(text(reply[3])) if len(reply) > 3 and reply[3] else None
+    queue = json.loads(text(reply[4])) if len(reply) > 4 and reply[4] else None
+    return Enqueued(ahead=int(reply[1]) - 1, woken=text(reply[2]) or None, agent=agent, queue=queue)
 
 
 SCRIPT = _ENQUEUE
