@@ -12,7 +12,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from agent.agents import Resolved
 from agent.agents.pinning import Choice, choose, chosen_model
 from agent.loop.failures import FailureClass
 from agent.loop.policy import Driver
@@ -27,11 +26,10 @@ from tasks.store.fenced import Batch
 from tasks.store.records import Failure, UnitRecord
 
 if TYPE_CHECKING:
-    import redis
+    pass
 
 log = logging.getLogger("baton.execution")
 
-_stored: set[str] = set()  # versions this process has made sure the store keeps (once each)
 
 
 def agent_unknown_failure(name: str, waited: float) -> Failure:
@@ -42,14 +40,6 @@ def agent_unknown_failure(name: str, waited: float) -> Failure:
             "message": f"no worker serves agent {name!r}; it waited {waited:.0f} s for one (BATON_AGENT_WAIT)",
         }
     )
-
-
-def ensure_stored(client: redis.Redis, agent: Resolved) -> None:
-    """Make sure the store keeps `agent`'s definition under its version, so a worker of another version can resume
-    a unit pinned to it (workers publish theirs at start too; this closes the gap before the first publish)."""
-    if agent.version not in _stored:
-        published.store_definition(client, agent)
-        _stored.add(agent.version)
 
 
 class Agency(Requeueing):
@@ -69,7 +59,6 @@ class Agency(Requeueing):
         self.choice = choice
         self.model = chosen_model(choice.agent, rec.model)
         rec.agent, rec.agent_version, rec.model = choice.agent.name, choice.agent.version, self.model
-        ensure_stored(self.client, choice.agent)
 
     def _choose(self, rec: UnitRecord) -> Choice:
         """The definition this execution runs `rec` with (reads a recorded one back only when versions differ)."""
