@@ -63,6 +63,7 @@ class Message(BaseModel):
     content: tuple[Block, ...]
     turn_id: str | None = None
     message_id: str | None = None  # an assistant message: the model step that produced it (its live text's id)
+    model: str | None = None  # an assistant message: the model that wrote it (a chat may switch agent or model)
 
     @property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:

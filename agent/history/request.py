@@ -65,8 +65,6 @@ def token_scale(reported_prompt_tokens: int, estimate: int) -> float:
 def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: int) -> ProviderRequest:
     """The wire request: old results elided up to `cut`, cache breakpoints placed when caching is on."""
     sent = elide(messages, cut)
-    if not shape.tools:
-        sent = calls_as_text(sent)
     system: str | list[dict[str, Any]] | None
     if not shape.prompt_cache:
         tools, system = list(shape.tools), shape.system
@@ -79,10 +77,11 @@ def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: i
 
 
 def calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A request that offers no tools, whose history holds tool calls (the chat's agent had tools; its agent now has
-    none), tells them as text: the Messages API refuses tool_use and tool_result blocks in a request that defines no
-    tools ("Requests which include tool_use or tool_result blocks must define tools"). Messages without such
-    blocks are returned as they are (the same objects), so a tool-less chat's requests do not change."""
+    """The history of a request that offers no tools, its tool calls told as text: a chat whose agent had tools and
+    has none now. The Messages API refuses tool_use and tool_result blocks in a request that defines no tools
+    ("Requests which include tool_use or tool_result blocks must define tools"), so its provider sends this; a
+    history without such blocks is returned as it is (the same list), so a tool-less chat's requests do not
+    change."""
     if not any(_has_calls(m) for m in messages):
         return messages
     return [{**m, "content": [_told(b) for b in m["content"]]} if _has_calls(m) else m for m in messages]

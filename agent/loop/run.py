@@ -49,7 +49,10 @@ def run_loop(
         answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live, servers)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
-        state.messages.append(Message(role="assistant", content=content, turn_id=config.turn_id, message_id=message_id))
+        reply = Message(
+            role="assistant", content=content, turn_id=config.turn_id, message_id=message_id, model=config.model
+        )
+        state.messages.append(reply)
         if not answer.tool_uses:
             state.reply = answer.text
             return state

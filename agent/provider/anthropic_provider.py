@@ -19,6 +19,7 @@ import httpx2
 from anthropic import Stream
 
 from agent.errors import Cancelled, ProviderError
+from agent.history.request import calls_as_text
 from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
@@ -90,7 +91,8 @@ class AnthropicProvider:
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            "messages": request.messages,
+            # Tools gone (the chat's agent now has none): its old calls as text, which the API takes.
+            "messages": request.messages if request.tools else calls_as_text(request.messages),
             "stream": True,
         }
         if request.tools:

@@ -236,4 +236,10 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True)
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
+    if not body.get("tools") and any(
+        b.get("type") in ("tool_use", "tool_result") for m in messages for b in _blocks(m)
+    ):
+        # The real API's words: a history with tool calls needs a request that defines tools (an agent that had
+        # tools and has none now must tell its old calls another way).
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     return None

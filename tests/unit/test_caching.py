@@ -112,7 +112,7 @@ def test_rolling_marks_follow_the_previous_request_and_this_one():
         assert message_breakpoints(messages) == [len(messages) - 3, len(messages) - 1]
         tools, system, out = with_breakpoints([{"name": "r"}], "sys", messages)
         assert count_breakpoints(tools, system, out) == 3 <= 4
-        assert validate_request({"model": "m", "max_tokens": 1, "messages": out}) is None
+        assert validate_request({"model": "m", "max_tokens": 1, "messages": out, "tools": [{"name": "t"}]}) is None
     chat = [*messages, {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
             {"role": "user", "content": [{"type": "text", "text": "and now?"}]}]
     assert message_breakpoints(chat) == [len(messages) - 1, len(chat) - 1]
@@ -162,7 +162,8 @@ def test_a_small_budget_elides_old_results_and_every_request_fits():
     assert error is None and state.reply == "done"
     for request in provider.requests:
         assert request_tokens(request.tools, request.system, request.messages) <= 4000
-        assert validate_request({"model": "m", "max_tokens": 1, "messages": request.messages}) is None
+        body = {"model": "m", "max_tokens": 1, "messages": request.messages, "tools": [{"name": "t"}]}
+        assert validate_request(body) is None
         last = request.messages[-1]["content"]
         assert all("elided" not in str(b.get("content")) for b in last)
     assert sum(len(r.messages) for r in provider.requests) > 0

@@ -59,7 +59,7 @@ def test_elision_keeps_every_pair_and_never_touches_people_or_the_current_round(
     before = repr(messages)
     out = elide(messages, max_cut(messages))
     assert repr(messages) == before
-    assert validate_request({"model": "m", "max_tokens": 1, "messages": out}) is None
+    assert validate_request({"model": "m", "max_tokens": 1, "messages": out, "tools": [{"name": "t"}]}) is None
     assert out[0] == messages[0]  # the goal
     assert [m for m in out if m["role"] == "assistant"] == [m for m in messages if m["role"] == "assistant"]
     assert out[-1] == messages[-1]  # the current round's results

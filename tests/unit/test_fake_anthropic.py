@@ -62,9 +62,12 @@ def stream_raw(client: anthropic.Anthropic, seen: list[Any], messages: list[dict
             seen.append(event)
 
 
-def final_message(client: anthropic.Anthropic, messages: list[dict[str, Any]] | None = None) -> Any:
-    with client.messages.stream(model=MODEL, max_tokens=100, messages=messages or [user("hi")]) as stream:
+def final_message(client: anthropic.Anthropic, messages: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
+    with client.messages.stream(model=MODEL, max_tokens=100, messages=messages or [user("hi")], **kwargs) as stream:
         return stream.get_final_message()
+
+
+BASH = {"name": "bash", "description": "run a command", "input_schema": {"type": "object"}}
 
 
 def test_text_reply_streams_in_real_wire_format(server: FakeMessagesServer) -> None:
@@ -287,9 +290,21 @@ def test_properly_paired_tool_round_trip_passes(server: FakeMessagesServer) -> N
         first = final_message(client, history)
         history.append({"role": "assistant", "content": [b.model_dump() for b in first.content]})
         history.append(user([{"type": "tool_result", "tool_use_id": first.content[0].id, "content": "a b"}]))
-        second = final_message(client, history)
+        second = final_message(client, history, tools=[BASH])
     assert second.content[0].text == "done"
     assert server.rejections == [] and script.remaining == 0 and not script.exhausted
+
+
+def test_tool_blocks_without_tools_are_refused_like_the_real_api(server: FakeMessagesServer) -> None:
+    """A paired history with tool calls, sent with no tools defined, is the real API's 400 (a chat whose agent
+    had tools and has none now must tell its old calls another way: agent/history/request.py)."""
+    history = [user("x"), {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash",
+                                                             "input": {}}]},
+               user([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}])]
+    with client_for(server) as client, pytest.raises(anthropic.BadRequestError) as info:
+        ask(client, history)
+    assert info.value.api_message == "Requests which include `tool_use` or `tool_result` blocks must define tools."
+    assert ask(client_for(server), history, tools=[BASH]).content[0].text == "ok"
 
 
 def test_pairing_check_can_be_disabled() -> None:
