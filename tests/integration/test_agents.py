@@ -1,0 +1,156 @@
+"""Agents in one fleet, through real workers and the real SDKs against the fakes over HTTP: each agent's
+instructions, tools, model and settings in its requests; a per-turn model pick and the refusals that enqueue
+nothing; a chat that switches agent (its old tool calls still a request the API takes); an agent on its own
+OpenAI-compatible endpoint with its own key variable; an agent on its own Celery queue.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tasks.client import ValidationError
+from tasks.store import keys
+from tests.conftest import Stack
+from tests.support.fake_anthropic import ByConversation, text, tool_call
+from tests.support.fake_openai import FakeChatServer
+
+pytestmark = pytest.mark.integration
+
+FLEET = {"BATON_AGENTS": "tests.support.agents_fleet:AGENTS"}
+
+
+def system_text(request: dict[str, Any]) -> str | None:
+    system = request.get("system")
+    if isinstance(system, list):
+        return "".join(b.get("text", "") for b in system)
+    return system
+
+
+def tool_names(request: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in request.get("tools") or []]
+
+
+def wait_for_agents(client, *names: str, timeout: float = 20.0) -> dict[str, Any]:
+    """The published listing once every name is in it (workers publish at their first sweep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = {a["name"]: a for a in client.agents()["agents"]}
+        if all(n in listed for n in names):
+            return listed
+        assert time.monotonic() < deadline, f"agents {names} not published; listed {sorted(listed)}"
+        time.sleep(0.1)
+
+
+def requests_of(fake, first_text: str) -> list[dict[str, Any]]:
+    """The requests of one conversation (by its first user message)."""
+    out = []
+    for r in fake.requests:
+        first = r["messages"][0]["content"]
+        body = first if isinstance(first, str) else "".join(b.get("text", "") for b in first if isinstance(b, dict))
+        if first_text in body:
+            out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_two_agents_in_one_fleet_pick_models_switch_and_refuse(stack: Stack, provider):
+    """Two chats on two agents of one worker: each request carries its agent's system prompt, tools, model,
+    max_tokens and temperature; a turn picks another of its agent's models; a chat switches from the agent with
+    tools to the one without, and its old tool round goes on as text the API takes; an unknown agent or a model
+    the agent does not allow is refused naming what is allowed, with nothing enqueued."""
+    fake = stack.fake_api
+    fake.set_handler(ByConversation({
+        "billing q": [tool_call("lookup", {"key": "inv-1"}), text("Invoice found."), text("Picked b."),
+                      text("Triaged."), text("Still triage.")],
+        "sort me": [text("Queue: billing.")],
+    }))
+    stack.worker("w1", **FLEET)
+    client = stack.client()
+    listed = wait_for_agents(client, "support", "triage")
+    assert listed["support"]["default"] is True and listed["support"]["models"] == ["claude-a", "claude-b"]
+    assert [t["name"] for t in listed["support"]["tools"]] == ["lookup"]
+    assert listed["support"]["workers"][0]["version"] == listed["support"]["version"]
+
+    first = client.wait(client.send_message("chat-s", "billing q", agent="support"), timeout=60)
+    other = client.wait(client.send_message("chat-t", "sort me", agent="triage"), timeout=60)
+    assert (first.status, first.reply, first.agent, first.model) == ("completed", "Invoice found.", "support",
+                                                                     "claude-a")
+    assert first.agent_version == listed["support"]["version"]
+    assert (other.reply, other.agent, other.model) == ("Queue: billing.", "triage", "claude-cheap")
+
+    support = requests_of(fake, "billing q")
+    assert [system_text(r) for r in support] == ["You are Acme's billing assistant."] * 2
+    assert [tool_names(r) for r in support] == [["lookup"]] * 2
+    assert {(r["model"], r["max_tokens"], r.get("temperature")) for r in support} == {("claude-a", 1000, 0.2)}
+    triage = requests_of(fake, "sort me")
+    assert (system_text(triage[0]), tool_names(triage[0]), triage[0]["model"]) == (
+        "Sort the question into a queue.", [], "claude-cheap")
+
+    picked = client.wait(client.send_message("chat-s", "again, on b", model="claude-b"), timeout=60)
+    assert (picked.reply, picked.agent, picked.model) == ("Picked b.", "support", "claude-b")
+    assert fake.requests[-1]["model"] == "claude-b"
+
+    switched = client.wait(client.send_message("chat-s", "now triage this", agent="triage"), timeout=60)
+    assert (switched.status, switched.reply, switched.agent) == ("completed", "Triaged.", "triage")
+    moved = requests_of(fake, "billing q")[-1]
+    assert system_text(moved) == "Sort the question into a queue." and tool_names(moved) == []
+    assert "[called tool lookup with" in str(moved["messages"]) and "tool_use" not in str(moved["messages"])
+    kept = client.wait(client.send_message("chat-s", "and one more"), timeout=60)
+    assert (kept.reply, kept.agent) == ("Still triage.", "triage")  # a turn naming none keeps the chat's agent
+    assert fake.rejections == []
+
+    models = [m.model for m in client.transcript("chat-s") if m.role == "assistant"]
+    assert models == ["claude-a", "claude-a", "claude-b", "claude-cheap", "claude-cheap"]
+    started = [e for e in client.events("chat-s") if e.type == "turn.started"]
+    assert [(e.model_extra or {}).get("agent") for e in started] == ["support", "support", "triage", "triage"]
+
+    before = client.redis.llen(keys.turns(keys.owner("chat", "chat-r")))
+    with pytest.raises(ValidationError, match="claude-a, claude-b"):
+        client.send_message("chat-r", "hi", agent="support", model="gpt-9")
+    with pytest.raises(ValidationError, match="unknown agent 'nobody'.*support"):
+        client.send_message("chat-r", "hi", agent="nobody")
+    assert client.redis.llen(keys.turns(keys.owner("chat", "chat-r"))) == before == 0
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_an_agent_on_its_own_endpoint_with_its_own_key_variable(stack: Stack, provider):
+    """The `local` agent speaks Chat Completions to its own server (`base_url`) with the key its `api_key_env`
+    names; the fleet's other agents stay on the Anthropic fake; no key reaches a request body or the record."""
+    local = FakeChatServer(api_key="local-secret").start()
+    try:
+        local.set_handler(ByConversation({"ask local": [tool_call("lookup", {"key": "k"}), text("Local answer.")]}))
+        stack.fake_api.set_handler(ByConversation({"ask claude": [text("Claude answer.")]}))
+        stack.worker("w1", **FLEET, BATON_TEST_LOCAL_URL=local.url, LOCAL_LLM_KEY="local-secret")
+        client = stack.client()
+        wait_for_agents(client, "local")
+        mine = client.wait(client.send_message("chat-l", "ask local", agent="local"), timeout=60)
+        theirs = client.wait(client.send_message("chat-c", "ask claude"), timeout=60)
+        assert (mine.status, mine.reply, mine.model) == ("completed", "Local answer.", "local-llm")
+        assert (theirs.reply, theirs.agent) == ("Claude answer.", "support")
+        assert local.request_count == 2 and local.rejections == []
+        assert [r["model"] for r in local.wire_requests] == ["local-llm"] * 2
+        assert "local-secret" not in str(local.wire_requests) + str(client.redis.hgetall(keys.AGENTS))
+        assert stack.fake_api.request_count == 1
+    finally:
+        local.stop()
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_units_of_an_agent_with_a_queue_go_to_that_queue(stack: Stack, provider):
+    """`queued` has `queue=`: its turns reach the worker consuming that queue. The worker on the default queue does
+    not serve it (and gives up at once), so a turn sent to the wrong queue would fail as agent_unknown."""
+    special = f"{stack.queue}-special"
+    stack.fake_api.set_handler(ByConversation({"for the queue": [text("Served there."), text("Again.")], "plain": [text("Here.")]}))
+    stack.worker("w-default", BATON_AGENTS="tests.support.agents_fleet:WITHOUT_QUEUED", BATON_AGENT_WAIT="0")
+    stack.worker("w-special", **FLEET, BATON_QUEUE=special, BATON_TEST_AGENT_QUEUE=special)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    assert wait_for_agents(client, "queued")["queued"]["queue"] == special
+    result = client.wait(client.send_message("chat-q", "for the queue", agent="queued"), timeout=60)
+    assert (result.status, result.reply, result.agent) == ("completed", "Served there.", "queued")
+    plain = client.wait(client.send_message("chat-p", "plain"), timeout=60)
+    assert plain.status == "completed"
+    again = client.wait(client.send_message("chat-q", "for the queue"), timeout=60)  # the chat keeps its queue
+    assert (again.status, again.agent) == ("completed", "queued")
