@@ -1,0 +1,156 @@
+"""The attempts of one model step: the ledger of what they were billed and which were discarded.
+
+Every discarded attempt's usage is journaled as it happens (`spent:N`), an attempt cut by a stop or a drain
+included, so the execution that picks the step up still counts what earlier attempts were billed. (An attempt in
+flight when a worker is SIGKILLed reports nothing to anyone: it cannot be counted.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.loop.edge import Edge, EventDraft, LoopConfig
+from agent.loop.failures import FailureClass
+from agent.loop.live import LiveText, StepStart
+from agent.loop.policy import Driver
+from agent.loop.state import LoopState
+from agent.provider.base import Answer, TokenUsage
+from agent.provider.replay import RequestFailed, RetryNotice
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The discarded attempts of one model step so far, across executions (journaled as `spent:N`)."""
+
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    attempts: int = 0
+
+    @classmethod
+    def load(cls, record: dict[str, Any] | None) -> Spent:
+        if record is None:
+            return cls()
+        return cls(TokenUsage.from_dict(record.get("usage")), int(record.get("attempts", 0)))
+
+    def plus(self, usage: TokenUsage) -> Spent:
+        return Spent(self.usage + usage, self.attempts + 1)
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "spent", "status": "spent", "usage": self.usage.as_dict(), "attempts": self.attempts}
+
+
+class Attempts:
+    """The ledger of one model step's attempts in this execution.
+
+    It counts every attempt into `state.usage` once, journals each discarded one as it happens (with the event
+    that says so), numbers the attempts on from earlier executions', and holds the step's one compaction.
+    """
+
+    def __init__(
+        self, edge: Edge, state: LoopState, config: LoopConfig, live: LiveText, message_id: str, *, may_compact: bool
+    ) -> None:
+        self.message_id = message_id
+        self.spent = Spent()  # the step's discarded attempts, earlier executions' included
+        self.may_compact = may_compact  # one compaction per step, whichever execution made it
+        self._edge, self._state, self._live = edge, state, live
+        self._spent_id = f"spent:{state.rounds_used}"
+        self._compact_id = f"compact:{state.rounds_used}"
+        chat = config.driver is Driver.CHAT_TURN
+        self._kind = "turn.retry" if chat else "run.step"
+        self._ids = {"turn_id": config.turn_id} if chat else {}
+        self._start = StepStart(0)
+        self._made = 0  # attempts this execution made before the current send
+        self._noticed = TokenUsage()  # what the discarded attempts of the current send reported
+        self._before = state.usage  # the unit's usage before the current send
+
+    @classmethod
+    def open(
+        cls, edge: Edge, state: LoopState, config: LoopConfig, live: LiveText, message_id: str, *, may_compact: bool
+    ) -> Attempts:
+        """The ledger of a step about to be sent: earlier executions' discarded attempts counted, its live text
+        begun, and an attempt a lost worker left streaming discarded."""
+        attempts = cls(edge, state, config, live, message_id, may_compact=may_compact)
+        # Attempts at this step that earlier executions made and discarded (before a drain, say): billed all the same.
+        attempts.spent = Spent.load(edge.recorded(attempts._spent_id))
+        state.usage.add(attempts.spent.usage, attempts=attempts.spent.attempts, discarded=attempts.spent.attempts)
+        attempts._start = start = live.begin(message_id)
+        if start.orphaned is not None:
+            # An earlier execution streamed text of this step and died before anything discarded it.
+            live.discarded(message_id, start.orphaned)
+            lost = {"message_id": message_id, "discarded": True, "attempt": start.orphaned, "reason": "worker lost"}
+            edge.emit([attempts._event({**lost, "cause": "worker_lost"})])
+        return attempts
+
+    def sending(self) -> int:
+        """A send begins (a request and its replays): returns the number of its first attempt."""
+        self._before = self._state.usage.model_copy()
+        self._noticed = TokenUsage()
+        return self._start.attempts_before + self._made + 1
+
+    def retried(self, notice: RetryNotice) -> None:
+        """The send discarded an attempt and replays it (`request_with_replay`'s `on_retry`)."""
+        self._noticed = self._noticed + notice.usage
+        self._state.usage.add(notice.usage, attempts=1, discarded=1)
+        self._live.discarded(self.message_id, notice.attempt)
+        self._discard(notice.usage, [self._event(_retry_event(notice))])
+
+    def text(self, attempt: int, text: str) -> None:
+        """A piece of an attempt's text, streamed live (`request_with_replay`'s `on_text`)."""
+        self._live.text(self.message_id, attempt, text)
+
+    def cut(self, usage: TokenUsage) -> None:
+        """A stop or drain cut an attempt the provider had started on: count it, journaled for the next execution."""
+        self._state.usage.add(usage, attempts=1, discarded=1)
+        self._discard(usage, [])
+
+    def failed(self, failed: RequestFailed) -> None:
+        """The send failed: the attempt that ended it was made (and billed) too, so count every attempt, once."""
+        self._state.usage = self._before
+        self._state.usage.add(failed.usage, attempts=failed.attempts, discarded=failed.discarded_attempts)
+
+    def compacted(self, failed: RequestFailed, cut: int) -> None:
+        """The failed send was too long and is re-sent with old tool results elided before `cut`: journal the
+        decision (a replay sends the same bytes) and the send's attempts not journaled yet, with their event."""
+        self.may_compact = False
+        self._made += failed.attempts
+        attempt = self._start.attempts_before + self._made
+        self._live.discarded(self.message_id, attempt)
+        notice = {
+            "message_id": self.message_id,
+            "discarded": True,
+            "attempt": attempt,
+            "class": str(FailureClass.CONTEXT_OVERFLOW),
+            "reason": f"{failed}; compacting: old tool results elided before message {cut}",
+            "had_output": False,
+            "delay": 0.0,
+        }
+        self._edge.record(self._compact_id, {"kind": "compact", "status": "decided", "elided_before": cut}, [])
+        self._discard(failed.usage - self._noticed, [self._event(notice)])
+
+    def answered(self, answer: Answer) -> TokenUsage:
+        """The step's answer came: count its attempt; returns what every attempt of the step was billed."""
+        self._live.ended(self.message_id)
+        self._state.usage.add(answer.usage, attempts=1, discarded=0)
+        return self.spent.usage + answer.usage
+
+    def _discard(self, usage: TokenUsage, events: list[EventDraft]) -> None:
+        """Journal one more discarded attempt of this step (with its events) in one write."""
+        self.spent = self.spent.plus(usage)
+        self._edge.record(self._spent_id, self.spent.record(), events)
+
+    def _event(self, data: dict[str, Any]) -> EventDraft:
+        """An event about a discarded attempt: `turn.retry` of a chat turn, `run.step` of a coding run."""
+        return (self._kind, {**self._ids, **data})
+
+
+def _retry_event(notice: RetryNotice) -> dict[str, Any]:
+    return {
+        "message_id": notice.message_id,
+        "discarded": True,
+        "attempt": notice.attempt,
+        "class": str(notice.failure_class),
+        "reason": notice.reason,
+        "had_output": notice.had_output,
+        "delay": round(notice.delay, 3),
+        "usage": notice.usage.as_dict(),  # what the discarded attempt was billed
+    }
