@@ -110,7 +110,7 @@ def test_two_agents_in_one_fleet_pick_models_switch_and_refuse(stack: Stack, pro
     before = client.redis.llen(keys.turns(keys.owner("chat", "chat-r")))
     with pytest.raises(ValidationError, match="claude-a, claude-b"):
         client.send_message("chat-r", "hi", agent="support", model="gpt-9")
-    with pytest.raises(ValidationError, match="unknown agent 'nobody'.*support"):
+    with pytest.raises(ValidationError, match=r"unknown agent 'nobody'.*support"):
         client.send_message("chat-r", "hi", agent="nobody")
     assert client.redis.llen(keys.turns(keys.owner("chat", "chat-r"))) == before == 0
 
@@ -143,7 +143,9 @@ def test_units_of_an_agent_with_a_queue_go_to_that_queue(stack: Stack, provider)
     """`queued` has `queue=`: its turns reach the worker consuming that queue. The worker on the default queue does
     not serve it (and gives up at once), so a turn sent to the wrong queue would fail as agent_unknown."""
     special = f"{stack.queue}-special"
-    stack.fake_api.set_handler(ByConversation({"for the queue": [text("Served there."), text("Again.")], "plain": [text("Here.")]}))
+    stack.fake_api.set_handler(
+        ByConversation({"for the queue": [text("Served there."), text("Again.")], "plain": [text("Here.")]})
+    )
     stack.worker("w-default", BATON_AGENTS="tests.support.agents_fleet:WITHOUT_QUEUED", BATON_AGENT_WAIT="0")
     stack.worker("w-special", **FLEET, BATON_QUEUE=special, BATON_TEST_AGENT_QUEUE=special)
     client = stack.client(BATON_TEST_AGENT_QUEUE=special)
