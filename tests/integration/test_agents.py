@@ -166,3 +166,38 @@ def test_units_of_an_agent_with_a_queue_go_to_that_queue(stack: Stack, provider)
     assert plain.status == "completed"
     again = client.wait(client.send_message("chat-q", "for the queue"), timeout=60)  # the chat keeps its queue
     assert (again.status, again.agent) == ("completed", "queued")
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_http_and_usechat_bodies_carry_agent_and_model(stack: Stack, provider, serve):
+    """`baton serve`: the messages route's body and the `useChat` body (what an app's model picker adds through the
+    transport's `body` option) name the agent and model; a model the agent does not allow is a 422 naming the
+    allowed ones, and nothing is enqueued."""
+    stack.fake_api.set_handler(ByConversation({"over http": [text("Triaged over HTTP.")],
+                                               "from useChat": [text("Picked over useChat.")]}))
+    stack.worker("w1", **FLEET)
+    api = serve(**FLEET)
+    client = stack.client()
+    wait_for_agents(client, "support", "triage")
+
+    status, sent = api.post("/api/chats/h1/messages", {"text": "over http", "agent": "triage"})
+    assert status == 202, sent
+    done = client.wait(_ref("h1", sent), timeout=60)
+    assert (done.reply, done.agent, done.model) == ("Triaged over HTTP.", "triage", "claude-cheap")
+    status, refused = api.post("/api/chats/h2/messages", {"text": "hi", "agent": "support", "model": "gpt-9"})
+    assert status == 422 and "claude-a, claude-b" in str(refused)
+    assert client.redis.llen(keys.turns(keys.owner("chat", "h2"))) == 0
+
+    body = {"id": "u1", "trigger": "submit-message", "agent": "support", "model": "claude-b",
+            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "from useChat"}]}]}
+    status, streamed = api.post("/api/chat", body)
+    assert status == 200 and "Picked over useChat." in streamed
+    turn = client.transcript("u1")[-1]
+    assert (turn.role, turn.model) == ("assistant", "claude-b")
+    assert stack.fake_api.requests[-1]["model"] == "claude-b"
+
+
+def _ref(chat_id: str, sent: dict[str, Any]):
+    from tasks.store.records import TurnRef
+
+    return TurnRef(chat_id=chat_id, turn_id=sent["turn_id"], task_id=sent["task_id"])

@@ -23,7 +23,8 @@ from tests.support.processes import REPO, wait_until
 
 pytestmark = pytest.mark.integration
 
-RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage"}
+RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage", "agent",
+              "agent_version", "model"}
 REJECTED = failing(Fault(kind="http", status=400, message="fake_anthropic: this request is refused"))
 
 

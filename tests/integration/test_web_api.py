@@ -21,8 +21,10 @@ from tests.support.web_server import ApiServer
 pytestmark = pytest.mark.integration
 
 # The contract's fields of `baton send --json`.
-SEND_FIELDS = {"chat_id", "turn_id", "task_id", "status", "waiting_reason", "reply", "resumed", "failure", "usage"}
-RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage"}
+SEND_FIELDS = {"chat_id", "turn_id", "task_id", "status", "waiting_reason", "reply", "resumed", "failure", "usage",
+               "agent", "agent_version", "model"}
+RUN_FIELDS = {"run_id", "status", "interruptions", "waiting_reason", "steps", "reply", "failure", "usage", "agent",
+              "agent_version", "model"}
 TOKEN = "test-token-0123456789"
 
 
