@@ -30,13 +30,12 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks.agent_picker import AsyncAgentPicker
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
-from tasks.store import agents as published_agents
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
-from tasks.store.agents import Published
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
 from tasks.store.async_pools import AsyncPools
 from tasks.store.reads import parse_transcript
@@ -95,7 +94,7 @@ class AsyncClient:
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="baton-publish")
         self._threads.submit(self._publisher.warm, PUBLISH_THREADS)  # see Publisher.warm: not on a burst's time
         self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
-        self._agents_cache: tuple[float, list[Published]] = (-1e9, [])
+        self._agents = AsyncAgentPicker(self._store, self.settings.agent_wait)
         watch = OwnReads if keys.clustered() else SettledWatch
         self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
 
@@ -200,26 +199,10 @@ class AsyncClient:
     @_reaching
     async def agents(self) -> dict[str, Any]:
         """The agents the workers serve now (see `Client.agents`)."""
-        return core.agents_answer(await self._listed(fresh=True))
-
-    async def _listed(self, *, fresh: bool = False) -> list[Published]:
-        at, listed = self._agents_cache
-        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
-            raw = await self._store.hgetall(keys.AGENTS)
-            listed = published_agents.fold(raw, time.time(), self.settings.agent_wait)[0]
-            self._agents_cache = (time.monotonic(), listed)
-        return listed
+        return core.agents_answer(await self._agents.listed(fresh=True))
 
     async def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
-        """As `Client._pick`."""
-        chat_agent = None
-        if model is not None and agent is None and owner.startswith("chat:"):
-            last = await self._last_turn(owner)
-            chat_agent = last.agent if last is not None else None
-        try:
-            return core.pick_agent(await self._listed(), agent, model, chat_agent)
-        except ValidationError:
-            return core.pick_agent(await self._listed(fresh=True), agent, model, chat_agent)
+        return await self._agents.pick(owner, agent, model, self._last_turn)
 
     async def _run_enqueue(
         self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy

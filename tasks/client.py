@@ -17,6 +17,7 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks.agent_picker import AgentPicker
 from tasks.async_client import AsyncClient
 from tasks.client_core import (
     BY_MAX,
@@ -29,9 +30,7 @@ from tasks.client_core import (
 )
 from tasks.publisher import Publisher
 from tasks.reach import STORE_ERRORS, Unavailable
-from tasks.store import agents as published_agents
 from tasks.store import keys
-from tasks.store.agents import Published
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
 from tasks.store.enqueue import Enqueue
@@ -78,7 +77,7 @@ class Client:
         self._publisher = Publisher(self.settings)
         self._celery = self._publisher.celery
         self._enqueue = Enqueue(self.redis)
-        self._agents_cache: tuple[float, list[Published]] = (-1e9, [])
+        self._agents = AgentPicker(self.redis, self.settings.agent_wait)
 
     def close(self) -> None:
         self.redis.close()
@@ -134,27 +133,10 @@ class Client:
     def agents(self) -> dict[str, Any]:
         """The agents the workers serve now: `{"agents": [...]}`, each with its version, models, tools and the
         workers serving it (as `baton agents --json`)."""
-        return core.agents_answer(self._listed(fresh=True))
-
-    def _listed(self, *, fresh: bool = False) -> list[Published]:
-        """What the workers publish, read at most every `AGENTS_FRESH_SECONDS` unless `fresh`."""
-        at, listed = self._agents_cache
-        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
-            listed = published_agents.read(self.redis, time.time(), self.settings.agent_wait)
-            self._agents_cache = (time.monotonic(), listed)
-        return listed
+        return core.agents_answer(self._agents.listed(fresh=True))
 
     def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
-        """The caller's agent and model checked against what the workers publish (read again once before refusing:
-        a deploy may have just added the agent)."""
-        chat_agent = None
-        if model is not None and agent is None and owner.startswith("chat:"):
-            last = self._last_turn(owner)  # the model must be one the chat's agent allows
-            chat_agent = last.agent if last is not None else None
-        try:
-            return core.pick_agent(self._listed(), agent, model, chat_agent)
-        except ValidationError:
-            return core.pick_agent(self._listed(fresh=True), agent, model, chat_agent)
+        return self._agents.pick(owner, agent, model, self._last_turn)
 
     def _last_turn(self, owner: str) -> UnitRecord | None:
         last = self.redis.lindex(keys.turns(owner), -1)

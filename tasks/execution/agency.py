@@ -13,6 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from agent.agents.pinning import Choice, choose, chosen_model
+from agent.history.context import context_window
+from agent.loop.edge import LoopConfig
 from agent.loop.failures import FailureClass
 from agent.loop.policy import Driver
 from agent.loop.state import LoopState
@@ -83,6 +85,31 @@ class Agency(Requeueing):
         if self.unit.driver is Driver.CODING_RUN:
             return f"{RUN_SYSTEM}\n\n{instructions}" if instructions else RUN_SYSTEM
         return instructions
+
+    def _config(self, rec: UnitRecord) -> LoopConfig:
+        """The loop's configuration: the unit's agent (model, instructions, settings) and the fleet's limits."""
+        settings, unit = self.settings, self.unit
+        is_run = unit.driver is Driver.CODING_RUN
+        return LoopConfig(
+            owner_id=unit.owner_id,
+            turn_id=unit.unit_id,
+            driver=unit.driver,
+            model=self.model or settings.model,
+            max_rounds=settings.run_max_steps if is_run else settings.max_rounds,
+            retry_budget=settings.retry_budget,
+            backoff=wiring.backoff(settings),
+            system=self._system(),
+            deadline=time.monotonic() + settings.run_wall_clock if is_run else None,
+            stop_grace=settings.stop_grace,
+            drain_grace=settings.drain_grace,
+            # A new generation starts a new journal, so its steps get new ids (a resume keeps the old rounds').
+            message_prefix=unit.unit_id if rec.generation == 0 else f"{unit.unit_id}:g{rec.generation}",
+            prompt_cache=settings.prompt_cache == "on",
+            context_tokens=settings.context_tokens or context_window(self.model or settings.model),
+            max_tokens=agent.max_tokens if (agent := self.choice.agent if self.choice else None) else 4096,
+            temperature=agent.temperature if agent is not None else None,
+        )
+
 
     def _hand_back(self, rec: UnitRecord, *, started: bool) -> Outcome | None:
         """A worker that does not serve the unit's agent hands it back for another (None: the wait is over, and the

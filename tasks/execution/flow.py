@@ -16,16 +16,13 @@ import redis
 
 from agent.agents.pinning import Choice
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
-from agent.history.context import context_window
-from agent.history.rounds import load_round, seed_state, usable_round
 from agent.loop.cancel import CancelToken
-from agent.loop.edge import LoopConfig, LoopFailure
+from agent.loop.edge import LoopFailure
 from agent.loop.failures import classify
 from agent.loop.policy import Driver, policy_for
 from agent.loop.run import run_loop
-from agent.loop.state import LoopState, Usage
+from agent.loop.state import LoopState
 from agent.messages import (
-    RESUMED_NOTICE,
     Message,
     dump_message,
     notice,
@@ -35,8 +32,8 @@ from agent.provider.replay import RequestFailed
 from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
-from tasks.execution.agency import Agency
 from tasks.execution.live import RedisLiveText
+from tasks.execution.seeding import Seeding
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
@@ -78,7 +75,7 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
 
 
-class Execution(Agency):
+class Execution(Seeding):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
@@ -92,35 +89,59 @@ class Execution(Agency):
         self.run_servers: wiring.RunServers | None = None
 
     def run(self) -> Outcome:
-        unit, client = self.unit, self.client
+        unit = self.unit
         kind, _, ident = unit.owner_id.partition(":")
         ids: dict[str, object] = {f"{kind}_id": ident, "task_id": self.task_id}
         if unit.driver is Driver.CHAT_TURN:
             ids["turn_id"] = unit.unit_id
         logs.context.set(ids)
-        chat = unit.driver is Driver.CHAT_TURN
         lease = Lease(
-            client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
+            self.client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        # Behind Sentinel or on a cluster, where the store can fail over under this execution: read now (before
-        # `take` may write the start), compared at the settle.
-        if (master := master_of(client, unit.record_key)) is not None:
+        self._note_replication()
+        rec, taken = self._take(lease)
+        if rec is not None:
+            # The attempt a log line belongs to: retries and resumes start a new generation.
+            logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
+        if rec is None:
+            log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
+            return Outcome("drop", "unknown unit")
+        if rec.terminal:
+            return Outcome("done", "already finished")
+        loaded = self._hold(rec, taken, lease)
+        if isinstance(loaded, Outcome):
+            return loaded
+        if loaded.draining and not stopping(loaded, rec):
+            # Picked up by a worker already shutting down (a threads pool's consumer keeps receiving for up to 2 s
+            # after SIGTERM, and gets the very message a drained unit just requeued): hand it back untouched, to
+            # another worker, rather than start it only to interrupt it again and count that against the unit.
+            lease.release()
+            return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
+        return self._guarded(rec, loaded, lease)
+
+    def _note_replication(self) -> None:
+        """Behind Sentinel or on a cluster, where the store can fail over under this execution: the replication
+        history now (before `take` may write the start), compared at the settle."""
+        if (master := master_of(self.client, self.unit.record_key)) is not None:
             info = master.info("replication")
             self.replication_id = replid(info)
             REPLICAS.note(master, info)  # the replicas a write tool's entry waits for, read in the same reply
-        # One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
-        # (the common case, a unit's first start) the start itself, as the fleet's default agent and model: a unit
-        # that names another agent or model is started below, once its agent is resolved.
+
+    def _take(self, lease: Lease) -> tuple[UnitRecord | None, Taken]:
+        """One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
+        (the common case, a unit's first start) the start itself, as the fleet's default agent and model: a unit
+        that names another agent or model is started later, once its agent is resolved."""
+        unit = self.unit
         default = wiring.agents(self.settings).get(None)
         assert default is not None  # a registry always has its default
         self.choice, self.model = Choice(default), default.model
         taken = take(
-            client,
+            self.client,
             lease,
             owner_id=unit.owner_id,
             unit_id=unit.unit_id,
             hostname=self.hostname,
-            check_head=chat,
+            check_head=unit.driver is Driver.CHAT_TURN,
             start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
             starts_as=(default.name, default.model),
         )
@@ -130,14 +151,12 @@ class Execution(Agency):
             rec.history_len = len(taken.transcript or [])  # the script pushed the user's message: it ends them
             self._running(rec)
             self._adopt(rec, Choice(default))
-        if rec is not None:
-            # The attempt a log line belongs to: retries and resumes start a new generation.
-            logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
-        if rec is None:
-            log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
-            return Outcome("drop", "unknown unit")
-        if rec.terminal:
-            return Outcome("done", "already finished")
+        return rec, taken
+
+    def _hold(self, rec: UnitRecord, taken: Taken, lease: Lease) -> Loaded | Outcome:
+        """What the execution starts from, read with its lease; or what to do with the message when it may not run
+        now (a turn behind its head, a lease another execution holds)."""
+        unit, client = self.unit, self.client
         loaded: Loaded | None
         if taken.acquired is None:
             # Another id at the head may be a finished turn not yet cleared: `chat_head` clears it on the way.
@@ -160,12 +179,11 @@ class Execution(Agency):
             # Not the queue's doing (a turn waits for its head's hand-off above): a holder the chat's
             # queue no longer names, e.g. one the sweep gave up on that is still running. Rare; retried.
             return Outcome("defer", "another unit of this owner holds the lease", 0.2)
-        if loaded.draining and not stopping(loaded, rec):
-            # Picked up by a worker already shutting down (a threads pool's consumer keeps receiving for up to 2 s
-            # after SIGTERM, and gets the very message a drained unit just requeued): hand it back untouched, to
-            # another worker, rather than start it only to interrupt it again and count that against the unit.
-            lease.release()
-            return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
+        return loaded
+
+    def _guarded(self, rec: UnitRecord, loaded: Loaded, lease: Lease) -> Outcome:
+        """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
+        unit, client = self.unit, self.client
         self.fence = Fence(client, lease.key, lease.token)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
@@ -360,60 +378,3 @@ class Execution(Agency):
             self._upgrade(start, self.choice)
         self._running(rec)
         self.fence.commit(start)
-
-    def _config(self, rec: UnitRecord) -> LoopConfig:
-        settings, unit = self.settings, self.unit
-        is_run = unit.driver is Driver.CODING_RUN
-        return LoopConfig(
-            owner_id=unit.owner_id,
-            turn_id=unit.unit_id,
-            driver=unit.driver,
-            model=self.model or settings.model,
-            max_rounds=settings.run_max_steps if is_run else settings.max_rounds,
-            retry_budget=settings.retry_budget,
-            backoff=wiring.backoff(settings),
-            system=self._system(),
-            deadline=time.monotonic() + settings.run_wall_clock if is_run else None,
-            stop_grace=settings.stop_grace,
-            drain_grace=settings.drain_grace,
-            # A new generation starts a new journal, so its steps get new ids (a resume keeps the old rounds').
-            message_prefix=unit.unit_id if rec.generation == 0 else f"{unit.unit_id}:g{rec.generation}",
-            prompt_cache=settings.prompt_cache == "on",
-            context_tokens=settings.context_tokens or context_window(self.model or settings.model),
-            max_tokens=agent.max_tokens if (agent := self.choice.agent if self.choice else None) else 4096,
-            temperature=agent.temperature if agent is not None else None,
-        )
-
-    def _seed(self, rec: UnitRecord, journal: RedisJournal) -> LoopState:
-        """Where this generation starts: its journaled seed, a stored round to resume, or nothing."""
-        seeded = journal.recorded("seed")
-        if seeded is not None:
-            return LoopState.model_validate(seeded["state"])
-        if not rec.resume_pending:
-            return LoopState()
-        raw = self.client.getdel(keys.round_slot(self.unit.owner_id))
-        stored = usable_round(load_round(raw), owner_id=self.unit.owner_id, turn_id=self.unit.unit_id, now=time.time())
-        # The earlier generations' attempts were made and billed: the turn's usage keeps counting them.
-        carried = Usage(**rec.usage.model_dump())
-        batch = Batch().hset(self.unit.record_key, {"resume_pending": False})
-        if stored is None:
-            # No usable round: a plain re-run, whatever an earlier generation of this turn resumed from.
-            batch.hset(self.unit.record_key, {"resumed": False})
-            rec.resumed = False
-            self.fence.commit(batch)
-            return LoopState(usage=carried)
-        state = seed_state(stored)
-        state.usage = carried
-        batch.hset(journal.key, {"seed": {"status": "seed", "state": state.model_dump(mode="json")}})
-        batch.hset(self.unit.record_key, {"resumed": True})
-        batch.add("RPUSH", keys.transcript(self.unit.owner_id), dump_message(notice("resumed", RESUMED_NOTICE)))
-        self._event(
-            batch,
-            f"{self.unit.event_prefix}.resumed",
-            {"from": "stored_round", "rounds": stored.rounds_used, "tools": list(stored.executed)},
-        )
-        self.fence.commit(batch)
-        journal.steps["seed"] = {"status": "seed"}
-        rec.resumed = True
-        return state
-

@@ -141,6 +141,8 @@ export class PageState {
         turn.status = "running";
         turn.waiting = null;
         turn.failure = null;
+        // What answers it (an agent and its model): the page labels the turn's answer with them.
+        if (ev.agent) Object.assign(turn, { agent: ev.agent, agentVersion: ev.agent_version, model: ev.model });
         break;
       case "turn.resumed":
         turn.status = "running";

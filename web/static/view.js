@@ -88,7 +88,9 @@ export class ChatView {
           shown = "user";
         }
       } else if (m.role === "assistant") {
-        const block = assistantBlock(blocks, results, { continued: shown === "assistant" });
+        const owner = m.turn_id ? s.turns.get(m.turn_id) : null;
+        const who = answeredBy(owner && owner.agent, m.model || (owner && owner.model));
+        const block = assistantBlock(blocks, results, { continued: shown === "assistant", who });
         shown = "assistant";
         const turn = lastOfTurn.get(m.turn_id) === i ? s.turns.get(m.turn_id) : null;
         const story = turn ? turnStory(turn) : "";
@@ -155,7 +157,9 @@ export class ChatView {
   renderLive() {
     const nodes = this.state.visibleLive().map((item) => {
       if (item.kind === "text") {
-        const block = assistantBlock([{ type: "text", text: item.text }], new Map(), { live: true });
+        const turn = this.state.turns.get(item.turnKey);
+        const who = answeredBy(turn && turn.agent, turn && turn.model);
+        const block = assistantBlock([{ type: "text", text: item.text }], new Map(), { live: true, who });
         block.dataset.key = item.key;
         block.dataset.kind = "text";
         return block;
@@ -269,7 +273,12 @@ function userBubble(text, { pending = false } = {}) {
   );
 }
 
-function assistantBlock(blocks, results, { live = false, continued = false } = {}) {
+/** "agent · model" for an answer's label, from its turn's `turn.started` and the message's own model. */
+function answeredBy(agent, model) {
+  return [agent, model].filter(Boolean).join(" · ");
+}
+
+function assistantBlock(blocks, results, { live = false, continued = false, who = "" } = {}) {
   const body = [];
   for (const b of blocks) {
     if (b.type === "text" && b.text) {
@@ -284,7 +293,9 @@ function assistantBlock(blocks, results, { live = false, continued = false } = {
   return h(
     "div",
     { class: cls, "data-testid": "message", "data-role": "assistant" },
-    continued ? null : h("div", { class: "msg-label", text: "Assistant" }),
+    continued ? null : h("div", { class: "msg-label" },
+      h("span", { text: "Assistant" }),
+      who ? h("span", { class: "msg-agent", "data-testid": "answered-by", text: ` · ${who}` }) : null),
     h("div", { class: "msg-body" }, body),
   );
 }
