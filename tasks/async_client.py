@@ -191,7 +191,8 @@ class AsyncClient:
             parked = await self._record(owner, enqueued.woken)
             if parked is not None:
                 await self._send(parked)  # parked for approval, it holds no worker: it is started to stop
-        new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue  # the chat's, when the turn named none
+        if enqueued.inherited:  # the turn named no agent: it has the chat's, and goes to its queue
+            new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
         if enqueued.ahead == 0:
             await self._send(new.rec)
         return new.ref

@@ -122,7 +122,8 @@ class Client:
             parked = load_record(self.redis, owner, enqueued.woken)
             if parked is not None:
                 self._send(parked)  # parked for approval, it holds no worker: it is started to stop
-        new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue  # the chat's, when the turn named none
+        if enqueued.inherited:  # the turn named no agent: it has the chat's, and goes to its queue
+            new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
         if enqueued.ahead == 0:
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads

@@ -26,7 +26,8 @@ OnBusy = Literal["enqueue", "interrupt", "reject"]
 # the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, then
 # the new record's fields and values.
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
-# the id of a parked head woken to stop ('' for none), the agent and queue written (JSON)}.
+# the id of a parked head woken to stop ('' for none), and the chat's agent and queue (JSON) when the turn took
+# them (else false)}.
 _ENQUEUE = """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
@@ -48,14 +49,20 @@ if last then
 end
 local fields = {}
 for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[6], unpack(fields))
--- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default).
+-- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default),
+-- written after the caller's (a field named twice in one HSET takes its last value).
+local agent, agent_queue = false, false
 if ARGV[9] == '1' and last then
-  local agent = redis.call('HGET', ARGV[1] .. last, 'agent')
-  if agent and agent ~= 'null' then
-    redis.call('HSET', KEYS[6], 'agent', agent, 'queue', redis.call('HGET', ARGV[1] .. last, 'queue') or 'null')
+  local had = redis.call('HMGET', ARGV[1] .. last, 'agent', 'queue')
+  if had[1] and had[1] ~= 'null' then
+    agent, agent_queue = had[1], had[2] or 'null'
+    fields[#fields + 1] = 'agent'
+    fields[#fields + 1] = agent
+    fields[#fields + 1] = 'queue'
+    fields[#fields + 1] = agent_queue
   end
 end
+redis.call('HSET', KEYS[6], unpack(fields))
 local queued = redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[1], ARGV[3])
 -- A new message invalidates a finished turn's stored round; an unfinished turn may still be about to resume from
@@ -80,7 +87,7 @@ if mode == 'interrupt' and #busy > 0 then
     woken = busy[1]
   end
 end
-return {'queued', queued, woken, redis.call('HGET', KEYS[6], 'agent'), redis.call('HGET', KEYS[6], 'queue')}
+return {'queued', queued, woken, agent, agent_queue}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -94,7 +101,8 @@ class Enqueued:
     ahead: int = 0  # unfinished turns before the new one in the chat's queue when it was written
     busy: str | None = None  # `reject`: the chat's oldest unfinished turn (and nothing was written)
     woken: str | None = None  # `interrupt`: the head turn parked for approval, woken to stop (the caller sends it)
-    agent: str | None = None  # the agent written (the chat's, when the turn named none)
+    inherited: bool = False  # the turn named no agent and took the chat's (below)
+    agent: str | None = None  # the chat's agent, when it was inherited
     queue: str | None = None  # and its queue
 
 
@@ -150,9 +158,11 @@ def enqueued(reply: list[Any]) -> Enqueued:
         return Enqueued(failed_last=text(reply[1]))
     if what == "busy":
         return Enqueued(busy=text(reply[1]))
-    agent = json.loads(text(reply[3])) if len(reply) > 3 and reply[3] else None
-    queue = json.loads(text(reply[4])) if len(reply) > 4 and reply[4] else None
-    return Enqueued(ahead=int(reply[1]) - 1, woken=text(reply[2]) or None, agent=agent, queue=queue)
+    ahead, woken = int(reply[1]) - 1, text(reply[2]) or None
+    if len(reply) > 3 and reply[3]:
+        agent, queue = json.loads(text(reply[3])), json.loads(text(reply[4]))
+        return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue)
+    return Enqueued(ahead=ahead, woken=woken)
 
 
 SCRIPT = _ENQUEUE
