@@ -34,8 +34,10 @@ def test_cli_send_wait_runs_a_tool_round_and_feeds_back_structured_blocks(stack,
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert set(result) == {
-        "chat_id", "turn_id", "task_id", "status", "waiting_reason", "reply", "resumed", "failure", "usage"
+        "chat_id", "turn_id", "task_id", "status", "waiting_reason", "reply", "resumed", "failure", "usage", "agent",
+        "agent_version", "model",
     }
+    assert (result["agent"], result["model"]) == ("default", "claude-test")
     assert result["status"] == "completed" and result["reply"] == "The answer is A."
     assert result["usage"]["attempts"] == 2 and result["usage"]["discarded_attempts"] == 0
 
