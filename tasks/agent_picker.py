@@ -21,14 +21,15 @@ from tasks.store.records import UnitRecord
 class AgentPicker:
     """What the workers publish, cached for `core.AGENTS_FRESH_SECONDS`, and a send's agent checked against it."""
 
-    def __init__(self, store: redis.Redis, keep: float) -> None:
+    def __init__(self, store: Callable[[], redis.Redis], keep: float) -> None:
+        """`store`: the client's store connection, asked at each read (the client's to replace)."""
         self._store, self._keep = store, keep
         self._cache: tuple[float, list[Published]] = (-1e9, [])
 
     def listed(self, *, fresh: bool = False) -> list[Published]:
         at, listed = self._cache
         if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
-            listed = published.read(self._store, time.time(), self._keep)
+            listed = published.read(self._store(), time.time(), self._keep)
             self._cache = (time.monotonic(), listed)
         return listed
 

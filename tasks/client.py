@@ -77,7 +77,7 @@ class Client:
         self._publisher = Publisher(self.settings)
         self._celery = self._publisher.celery
         self._enqueue = Enqueue(self.redis)
-        self._agents = AgentPicker(self.redis, self.settings.agent_wait)
+        self._agents = AgentPicker(lambda: self.redis, self.settings.agent_wait)
 
     def close(self) -> None:
         self.redis.close()

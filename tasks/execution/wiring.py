@@ -144,7 +144,7 @@ def agents(settings: Settings) -> Registry:
 def _registry(spec: str, provider: str, model: str, tools: str, mcp: str) -> Registry:
     servers = [s.name for s in mcp_specs(mcp)] if mcp else []
     if not spec:
-        return Registry.of_settings(provider=provider, model=model, tools=_loaded(tools), servers=servers)
+        return Registry.of_settings(provider=provider, model=model, tools=python_tools(tools), servers=servers)
     return Registry.build(load_agents(spec), provider=provider, model=model, servers=servers)
 
 
@@ -167,6 +167,13 @@ def agent_python_tools(registry: Registry, agent: Resolved) -> list[Tool]:
         else:
             out.append(found)
     return out
+
+
+def python_tools(spec: str) -> tuple[Tool, ...]:
+    """`BATON_TOOLS` loaded (once per process) and checked: a duplicate name is a `ToolDefinitionError`."""
+    loaded = _loaded(spec)
+    by_name(loaded)
+    return loaded
 
 
 @lru_cache(maxsize=8)

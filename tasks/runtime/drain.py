@@ -25,7 +25,6 @@ import redis
 from celery import signals
 from celery.concurrency import get_implementation
 
-from agent.agents import AgentError
 from agent.errors import CueLoadError, McpConfigError, ToolDefinitionError, ToolLoadError
 from agent.tools import commands
 from config.topology import broker_kind
@@ -208,12 +207,12 @@ def _prepare_worker(sender: Any = None, **_: Any) -> None:
     except McpConfigError as err:
         _refuse_to_start("BATON_MCP_SERVERS", err)
     try:
-        wiring.chat_tools(wiring.without_mcp(settings))  # the MCP servers start after the fork, in each process
+        wiring.python_tools(settings.tools)  # imported once here, before the fork; MCP servers start after it
     except (ToolLoadError, ToolDefinitionError) as err:
         _refuse_to_start("BATON_TOOLS", err)
     try:
         wiring.agents(settings)  # reads BATON_MCP_SERVERS' names only; no server starts here
-    except (AgentError, ToolLoadError, ToolDefinitionError) as err:
+    except Exception as err:  # whatever its module raises on import: a signal handler's error would not stop Celery
         _refuse_to_start("BATON_AGENTS", err)
     if settings.provider == "scripted":
         try:

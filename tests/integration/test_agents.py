@@ -6,6 +6,9 @@ OpenAI-compatible endpoint with its own key variable; an agent on its own Celery
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -16,6 +19,7 @@ from tasks.store import keys
 from tests.conftest import PROVIDERS, Stack
 from tests.support.fake_anthropic import ByConversation, text, tool_call
 from tests.support.fake_openai import FakeChatServer
+from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +205,40 @@ def _ref(chat_id: str, sent: dict[str, Any]):
     from tasks.store.records import TurnRef
 
     return TurnRef(chat_id=chat_id, turn_id=sent["turn_id"], task_id=sent["task_id"])
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("tests.support.agents_fleet:DUPLICATES", "two agents are named 'support'"),
+        ("tests.support.agents_fleet:UNKNOWN_SERVER", "agent 'crm-bot' names MCP server 'crm'"),
+        ("tests.support.agents_fleet:NOTHING", "cannot be loaded"),
+    ],
+)
+def test_a_worker_refuses_to_start_with_agents_it_cannot_serve(stack: Stack, provider, spec, words):
+    """A duplicate name, an MCP server BATON_MCP_SERVERS does not define, or a spec that names nothing stops the
+    worker at start (exit 2), naming the variable and the agent."""
+    with pytest.raises(RuntimeError, match="exited with 2") as info:
+        stack.worker("w-bad", BATON_AGENTS=spec)
+    assert "invalid settings: BATON_AGENTS: " in str(info.value)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_baton_agents_lists_what_the_workers_serve(stack: Stack, provider):
+    """`baton agents --json`: each agent with its version, models, tools and the workers serving it; the plain form
+    reads as a list a person checks after a deploy."""
+    stack.worker("w1", **FLEET)
+    wait_for_agents(stack.client(), "support")
+    env = {**stack.env, **FLEET}
+    shown = subprocess.run([sys.executable, "-m", "tasks.cli", "agents", "--json"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)["agents"]
+    assert [a["name"] for a in listed] == ["support", "local", "queued", "triage"]
+    assert listed[0]["default"] is True and listed[0]["workers"][0]["hostname"].startswith("w1@")
+    plain = subprocess.run([sys.executable, "-m", "tasks.cli", "agents"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 0 and "support (default)  version " in plain.stdout
+    assert "tools: lookup (read)" in plain.stdout

@@ -33,3 +33,7 @@ QUEUED = Agent(name="queued", instructions="Served on its own queue.", queue=os.
 
 AGENTS = [SUPPORT, TRIAGE, LOCAL, QUEUED]
 WITHOUT_QUEUED = [SUPPORT, TRIAGE, LOCAL]
+
+# Definitions a worker must refuse at start (tests/integration/test_agents.py).
+DUPLICATES = [SUPPORT, TRIAGE, SUPPORT]
+UNKNOWN_SERVER = [Agent(name="crm-bot", mcp_servers=("crm",))]
