@@ -28,6 +28,7 @@ EventType = Literal[
     "run.completed",
     "run.failed",
     "run.stopped",
+    "agent.changed",
 ]
 EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr-defined]
 # Live text rides in the same stream, so its order against the events is the stream's order; it is not
