@@ -11,7 +11,7 @@ const LABELS = {
   "tool.called": "Tool called", "tool.result": "Tool result", "tool.approval_requested": "Approval requested",
   "tool.approved": "Approved", "tool.denied": "Denied", "run.started": "Run started",
   "run.interrupted": "Interrupted by a deploy", "run.resumed": "Run resumed", "run.completed": "Run completed",
-  "run.failed": "Run failed", "run.stopped": "Run stopped",
+  "run.failed": "Run failed", "run.stopped": "Run stopped", "agent.changed": "Agent updated",
 };
 
 /** What happened, in words (the type itself is shown beneath). */
