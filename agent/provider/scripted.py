@@ -184,12 +184,26 @@ def _results(request: ProviderRequest) -> list[str]:
     return out
 
 
+def _instructions(request: ProviderRequest) -> str:
+    """The request's system prompt as text (what an agent was told), for a cue's `{instructions}`."""
+    system = request.system
+    if isinstance(system, list):
+        return "".join(str(b.get("text", "")) for b in system)
+    return system or "nothing"
+
+
+def _offered(request: ProviderRequest) -> str:
+    """The names of the tools the request offers, for a cue's `{tools}`."""
+    return ", ".join(str(t.get("name")) for t in request.tools) or "no tools"
+
+
 @dataclass(frozen=True)
 class Cue:
     """What the scripted agent does when the user says a cue's text, so the text itself stays natural.
 
     `directives` are read as if they had been written in the user's message; `answer` is the final
-    answer, `{results}` standing for the tool results joined with "; ".
+    answer, `{results}` standing for the tool results joined with "; ", `{instructions}` for the request's system
+    prompt and `{tools}` for the names of the tools it offers (so a demo can show which agent answered).
     """
 
     directives: str
@@ -255,7 +269,9 @@ def directive_script(counter: Counter | None = None, cues: Mapping[str, Cue] | N
             return ScriptedReply(fault="drop", partial="Here is a partial answer that will be cu", delay=delay)
         results = _results(request)[-len(calls) :] if calls else []
         summary = "; ".join(results) if results else "no tools needed"
-        answer = (cue.answer if cue is not None else "Done: {results}.").format(results=summary)
+        answer = (cue.answer if cue is not None else "Done: {results}.").format(
+            results=summary, instructions=_instructions(request), tools=_offered(request)
+        )
         return ScriptedReply(content=(TextBlock(text=answer),), delay=delay)
 
     return script

@@ -17,6 +17,7 @@ OSLO = "Is it raining in Oslo right now?"
 NOTE = "Please remind me to buy milk."
 PROJECT = "Start the project: note the plan, then write the three step files."
 ARCHIVE = "Archive my inbox, please."
+INTRODUCE = "Who are you, and what can you do?"
 
 CUES: dict[str, Cue] = {
     WEATHER: Cue('tool:lookup_weather{"city":"Paris"}', "Here's what I found: {results}."),
@@ -31,4 +32,6 @@ CUES: dict[str, Cue] = {
         "The plan is noted and the three step files are written.",
     ),
     ARCHIVE: Cue('tool:slow_write{"note":"inbox"}', "Archived: {results}."),
+    # Asked of two agents: each answers with what it was told and the tools it was given.
+    INTRODUCE: Cue("", "I was told: {instructions} My tools: {tools}."),
 }

@@ -120,7 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             body = json.loads(raw)
-            request = ProviderRequest(model=str(body.get("model", "")), messages=neutral_messages(body))
+            request = ProviderRequest(
+                model=str(body.get("model", "")),
+                messages=neutral_messages(body),
+                tools=[{"name": t["function"]["name"]} for t in body.get("tools") or []],
+                system=next((m.get("content") for m in body.get("messages") or [] if m.get("role") == "system"), None),
+            )
         except (ValueError, AttributeError, TypeError) as err:
             self._json(400, _error(400, f"could not read the request: {err}"))
             return

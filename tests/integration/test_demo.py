@@ -19,11 +19,11 @@ DIRECTIVE = re.compile(r"tool:\w+\{|steps:\d|slow:\d|fail-after-tools|\bdrop\b")
 
 
 @pytest.mark.parametrize("demo_provider", ["scripted", "openai"])
-def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path, demo_provider):
-    """The demo starts its own Redis and workers with no API key and passes all five scenarios; the JSON
+def test_demo_runs_all_six_scenarios_and_each_verdict_passes(tmp_path, demo_provider):
+    """The demo starts its own Redis and workers with no API key and passes all six scenarios; the JSON
     verdicts come from events, records and tool-call counts (the demo exits 1 if any is not earned). Its
     transcripts show no scripted directive, and its coding run is drained after a finished step.
-    `--provider openai`: the same five verdicts with every model call through the `openai` SDK and Baton's
+    `--provider openai`: the same six verdicts with every model call through the `openai` SDK and Baton's
     OpenAI edge, to the demo's local OpenAI-compatible server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "ANTHROPIC_", "OPENAI_"))}
     env["PYTHONPATH"] = str(REPO)
@@ -38,8 +38,8 @@ def test_demo_runs_all_five_scenarios_and_each_verdict_passes(tmp_path, demo_pro
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads(out.stdout)
     names = [s["name"] for s in report["scenarios"]]
-    assert len(names) == 5
-    assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 5
+    assert len(names) == 6
+    assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6
     stop = report["scenarios"][4]["timeline"]
     assert sum(1 for line in stop if line.startswith("turn.stopped")) == 1
     assert not any(line.startswith("turn.failed") for line in stop)
@@ -110,8 +110,8 @@ def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path
         assert proc.stdout is not None
         report = json.loads(proc.stdout.readline())  # the report is printed before the demo waits
         pages = [s["page"] for s in report["scenarios"]]
-        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 5
-        assert [p.split("?")[1].split("=")[0] for p in pages] == ["chat", "chat", "chat", "run", "chat"]
+        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6
+        assert [p.split("?")[1].split("=")[0] for p in pages] == ["chat", "chat", "chat", "run", "chat", "chat"]
         base, query = pages[0].split("/?")
         with urllib.request.urlopen(pages[0], timeout=10) as response:
             assert response.status == 200 and "<html" in response.read().decode().lower()
