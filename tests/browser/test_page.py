@@ -68,6 +68,9 @@ def test_a_stream_broken_mid_answer_shows_its_draft_then_only_the_replayed_answe
     expect(page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')).to_have_count(1)
     assert assistant_texts(served, chat) == ["The replayed answer, written exactly once."]
     expect(page.get_by_test_id("turn-meta")).to_contain_text("Answered after 1 discarded attempt")
+    # Which agent and model wrote the answer (the fleet's one `default` agent here), as its turn.started said.
+    expect(final_text(page).locator("xpath=ancestor::*[@data-role='assistant']").get_by_test_id("answered-by")) \
+        .to_have_text(" · default · claude-test")
     shoot(page, "1-drop-replayed")
     page.emulate_media(color_scheme="dark")
     shoot(page, "1-drop-replayed-dark")
