@@ -6,6 +6,7 @@ OpenAI-compatible endpoint with its own key variable; an agent on its own Celery
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -173,12 +174,13 @@ def test_units_of_an_agent_with_a_queue_go_to_that_queue(stack: Stack, provider)
 
 
 @pytest.mark.parametrize("provider", ["anthropic"])
-def test_http_and_usechat_bodies_carry_agent_and_model(stack: Stack, provider, serve):
+def test_http_usechat_and_asyncio_carry_agent_and_model(stack: Stack, provider, serve):
     """`baton serve`: the messages route's body and the `useChat` body (what an app's model picker adds through the
     transport's `body` option) name the agent and model; a model the agent does not allow is a 422 naming the
-    allowed ones, and nothing is enqueued."""
+    allowed ones, and nothing is enqueued. The asyncio client lists, refuses and sends the same way."""
     stack.fake_api.set_handler(ByConversation({"over http": [text("Triaged over HTTP.")],
-                                               "from useChat": [text("Picked over useChat.")]}))
+                                               "from useChat": [text("Picked over useChat.")],
+                                               "from asyncio": [text("Triaged from asyncio.")]}))
     stack.worker("w1", **FLEET)
     api = serve(**FLEET)
     client = stack.client()
@@ -191,6 +193,16 @@ def test_http_and_usechat_bodies_carry_agent_and_model(stack: Stack, provider, s
     status, refused = api.post("/api/chats/h2/messages", {"text": "hi", "agent": "support", "model": "gpt-9"})
     assert status == 422 and "claude-a, claude-b" in str(refused)
     assert client.redis.llen(keys.turns(keys.owner("chat", "h2"))) == 0
+
+    async def through_asyncio() -> tuple[Any, list[str]]:
+        async with stack.async_client() as ac:
+            listed = [a["name"] for a in (await ac.agents())["agents"]]
+            with pytest.raises(ValidationError, match="unknown agent"):
+                await ac.send_message("a1", "hi", agent="nobody")
+            return await ac.wait(await ac.send_message("a1", "from asyncio", agent="triage"), timeout=60), listed
+
+    result, names = asyncio.run(through_asyncio())
+    assert "triage" in names and (result.reply, result.agent) == ("Triaged from asyncio.", "triage")
 
     body = {"id": "u1", "trigger": "submit-message", "agent": "support", "model": "claude-b",
             "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "from useChat"}]}]}
