@@ -42,6 +42,23 @@ class ToolResultBlock(_Block):
     synthesized: bool = False
 
 
+class ThinkingBlock(_Block):
+    """What a model reasoned before it answered, kept exactly as produced: Anthropic's (with its `signature`, which
+    the API verifies when the block comes back in a tool loop) or an OpenAI-compatible server's `reasoning_content`
+    (no signature). Journaled with its step, so every replay sends the same bytes."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Block):
+    """Reasoning the provider encrypted (`data`), sent back as it came."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
 class NoticeBlock(_Block):
     """A system notice for people (a resume, a stop, a deploy, an error); never sent to the model."""
 
@@ -50,7 +67,13 @@ class NoticeBlock(_Block):
     text: str
 
 
-Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | NoticeBlock, Field(discriminator="type")]
+Block = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | NoticeBlock,
+    Field(discriminator="type"),
+]
+# What a model's answer holds, in the order it produced it.
+AnswerBlock = TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock
+REASONING = (ThinkingBlock, RedactedThinkingBlock)
 Role = Literal["user", "assistant", "notice"]
 
 
@@ -115,7 +138,8 @@ def load_message(raw: str | bytes | dict[str, Any]) -> Message | None:
             except ValidationError:
                 continue
         return Message(
-            role=data["role"], content=tuple(blocks), turn_id=data.get("turn_id"), message_id=data.get("message_id")
+            role=data["role"], content=tuple(blocks), turn_id=data.get("turn_id"), message_id=data.get("message_id"),
+            model=data.get("model"),
         )
     except (ValueError, KeyError, TypeError, ValidationError):
         return None
@@ -125,23 +149,32 @@ def dump_message(message: Message) -> str:
     return message.model_dump_json()
 
 
-def block_to_api(block: TextBlock | ToolUseBlock | ToolResultBlock) -> dict[str, Any]:
+def block_to_api(block: AnswerBlock | ToolResultBlock) -> dict[str, Any]:
     """The Messages API form of a block (Baton-only fields removed)."""
     if isinstance(block, ToolResultBlock):
         out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
         if block.is_error:
             out["is_error"] = True
         return out
+    if isinstance(block, ThinkingBlock) and block.signature is None:
+        return {"type": "thinking", "thinking": block.thinking}  # a compatible server's: nothing to verify
     return block.model_dump()
 
 
-def to_api(messages: list[Message]) -> list[dict[str, Any]]:
-    """Model input: user and assistant messages only, notices left out, empty messages dropped."""
+def to_api(messages: list[Message], model: str | None = None) -> list[dict[str, Any]]:
+    """Model input: user and assistant messages only, notices left out, empty messages dropped. An assistant
+    message's reasoning goes back only to the model that produced it (`model`; None: to any): another model, or
+    another provider, cannot verify it (the transcript keeps it)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "notice":
             continue
-        blocks = [block_to_api(b) for b in message.content if not isinstance(b, NoticeBlock)]
+        foreign = model is not None and message.model != model
+        blocks = [
+            block_to_api(b)
+            for b in message.content
+            if not isinstance(b, NoticeBlock) and not (foreign and isinstance(b, REASONING))
+        ]
         if blocks:
             out.append({"role": message.role, "content": blocks})
     return out

@@ -44,6 +44,9 @@ class Registry:
                     f"agent {agent.name!r} names MCP server {unknown[0]!r}, which BATON_MCP_SERVERS does not define"
                 )
             resolved[agent.name] = resolve(agent, provider=provider, model=model)
+            refused = refused_setting(resolved[agent.name])
+            if refused is not None:
+                raise AgentError(f"agent {agent.name!r}: {refused}")
             tools[agent.name] = tuple(agent.tools)
         return cls(resolved, tools, agents[0].name)
 
@@ -59,6 +62,18 @@ class Registry:
 
     def python_tools(self, name: str) -> tuple[Tool, ...]:
         return self.tools.get(name, ())
+
+
+def refused_setting(agent: Resolved) -> str | None:
+    """What the agent's provider would refuse in every request (said at start, not on every turn), or None."""
+    if agent.thinking is None:
+        return None
+    if agent.provider == "anthropic" and agent.temperature is not None and agent.temperature != 1:
+        return "the Messages API refuses a temperature other than 1 with thinking on; leave temperature unset"
+    if agent.provider == "openai" and isinstance(agent.thinking, int):
+        return ("an OpenAI-compatible API takes thinking as 'low', 'medium' or 'high' (reasoning_effort), not a "
+                "number of tokens")
+    return None
 
 
 def load_agents(spec: str) -> list[Agent]:

@@ -37,8 +37,12 @@ def _mark(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def _markable(block: Any) -> bool:
-    # The API refuses cache_control on an empty text block.
-    return isinstance(block, dict) and not (block.get("type") == "text" and not block.get("text"))
+    # The API refuses cache_control on an empty text block, and on a thinking block (which must come back unchanged).
+    return (
+        isinstance(block, dict)
+        and not (block.get("type") == "text" and not block.get("text"))
+        and block.get("type") not in ("thinking", "redacted_thinking")
+    )
 
 
 def message_breakpoints(messages: list[dict[str, Any]]) -> list[int]:

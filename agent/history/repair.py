@@ -180,7 +180,8 @@ class RequestHistory:
     and converted N growing histories: quadratic in its length.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        self._model = model  # the request's model: reasoning goes back only to the model that produced it
         self._seen: list[Message] = []
         self._repaired: list[Message] = []
         self._api: list[dict[str, Any]] = []
@@ -197,10 +198,10 @@ class RequestHistory:
             and _answered_round(messages[-2], messages[-1])
         ):
             self._repaired.extend(messages[-2:])
-            self._api.extend(to_api(messages[-2:]))
+            self._api.extend(to_api(messages[-2:], self._model))
         else:
             self._repaired = list(repair(messages))
-            self._api = to_api(self._repaired)
+            self._api = to_api(self._repaired, self._model)
         self._seen = list(messages)
         return list(self._api)
 

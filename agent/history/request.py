@@ -26,6 +26,7 @@ class RequestShape:
     context_tokens: int
     max_tokens: int = 4096
     temperature: float | None = None
+    thinking: str | int | None = None
 
     @property
     def overhead(self) -> int:
@@ -72,7 +73,7 @@ def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: i
         tools, system, sent = with_breakpoints(shape.tools, shape.system, sent)
     return ProviderRequest(
         model=shape.model, messages=sent, tools=tools, system=system, max_tokens=shape.max_tokens,
-        temperature=shape.temperature,
+        temperature=shape.temperature, thinking=shape.thinking,
     )
 
 

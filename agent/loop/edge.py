@@ -69,4 +69,5 @@ class LoopConfig:
     prompt_cache: bool = True  # send cache_control breakpoints (agent/history/caching.py)
     max_tokens: int = 4096  # the agent's model settings, sent as given
     temperature: float | None = None
+    thinking: str | int | None = None  # the agent's thinking: "low"/"medium"/"high", a number of tokens, or off
     context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/history/context.py)

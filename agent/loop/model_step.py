@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter
 
 from agent.history.context import Fit, choose_cut, compaction_for, fit_at
 from agent.history.repair import RequestHistory
@@ -23,7 +25,7 @@ from agent.loop.failures import FailureClass
 from agent.loop.live import LiveText
 from agent.loop.policy import Driver
 from agent.loop.state import LoopState
-from agent.messages import Message, TextBlock, ToolUseBlock
+from agent.messages import AnswerBlock, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, request_with_replay
 
@@ -92,7 +94,7 @@ def plan_request(
     raises a context overflow when even that cannot fit the context budget."""
     shape = RequestShape(
         config.model, tool_specs, config.system, config.prompt_cache, config.context_tokens, config.max_tokens,
-        config.temperature,
+        config.temperature, config.thinking,
     )
     # Wire form, unmarked and unelided: the cache marks and the cut are applied to copies (agent/history/request.py),
     # so the view's dicts, shared from step to step, are never changed.
@@ -230,8 +232,12 @@ def step_message_id(config: LoopConfig, state: LoopState) -> str:
 
 def answer_from_record(record: dict[str, Any]) -> Answer:
     """The answer a journaled model record holds."""
-    content: list[TextBlock | ToolUseBlock] = []
-    for block in record["content"]:
-        content.append(TextBlock(**block) if block["type"] == "text" else ToolUseBlock(**block))
+    content = tuple(ANSWER_BLOCK.validate_python(block) for block in record["content"])
     usage = TokenUsage.from_dict(record["usage"])
-    return Answer(record.get("message_id", ""), tuple(content), record.get("stop_reason"), usage)
+    return Answer(record.get("message_id", ""), content, record.get("stop_reason"), usage)
+
+
+# A journaled answer's blocks, read back as they were recorded (reasoning included, signatures untouched).
+ANSWER_BLOCK: TypeAdapter[AnswerBlock] = TypeAdapter(
+    Annotated[TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock, Field(discriminator="type")]
+)

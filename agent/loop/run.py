@@ -41,7 +41,7 @@ def run_loop(
     tool_specs = [t.to_api() for t in tools.values()]
     servers = ServerOf(tools)
     live = live or NoLiveText()
-    view = RequestHistory()  # the request's history, grown round by round instead of rebuilt
+    view = RequestHistory(config.model)  # the request's history, grown round by round instead of rebuilt
     while True:
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:

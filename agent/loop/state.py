@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agent.messages import Message
 from agent.provider.base import TokenUsage
@@ -21,6 +21,14 @@ class Usage(BaseModel):
     cache_read_input_tokens: int = 0
     attempts: int = 0
     discarded_attempts: int = 0
+    reasoning_tokens: int | None = None  # of the output tokens, thinking: present once an API reported some
+
+    @model_serializer(mode="wrap")
+    def _without_absent_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("reasoning_tokens") is None:
+            out.pop("reasoning_tokens", None)  # usage of a unit that never thought keeps its shape
+        return out
 
     def add(self, tokens: TokenUsage, *, attempts: int, discarded: int) -> None:
         """Count attempts and what they were billed (every input figure: plain, cache writes, cache reads)."""
@@ -28,6 +36,8 @@ class Usage(BaseModel):
         self.output_tokens += tokens.output_tokens
         self.cache_creation_input_tokens += tokens.cache_creation_input_tokens
         self.cache_read_input_tokens += tokens.cache_read_input_tokens
+        if tokens.reasoning_tokens:
+            self.reasoning_tokens = (self.reasoning_tokens or 0) + tokens.reasoning_tokens
         self.attempts += attempts
         self.discarded_attempts += discarded
 

@@ -91,8 +91,9 @@ class AnthropicProvider:
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            # Tools gone (the chat's agent now has none): its old calls as text, which the API takes.
-            "messages": request.messages if request.tools else calls_as_text(request.messages),
+            # Tools gone (the chat's agent now has none): its old calls as text, which the API takes. Reasoning
+            # without a signature (an OpenAI-compatible server's) cannot be verified here: left out.
+            "messages": signed_only(request.messages if request.tools else calls_as_text(request.messages)),
             "stream": True,
         }
         if request.tools:
@@ -101,6 +102,7 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.temperature is not None:
             params["temperature"] = request.temperature
+        params.update(thinking_params(request.thinking))
         snapshot = Snapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
@@ -135,6 +137,30 @@ class AnthropicProvider:
                 had_output=snapshot.had_output,
             )
         return snapshot.to_answer()
+
+
+def thinking_params(thinking: str | int | None) -> dict[str, Any]:
+    """The Messages API's form of an agent's thinking: a level is adaptive thinking at that effort (what the current
+    models take), a number of tokens the `budget_tokens` of enabled thinking (what the earlier ones take)."""
+    if thinking is None:
+        return {}
+    if isinstance(thinking, int):
+        return {"thinking": {"type": "enabled", "budget_tokens": thinking}}
+    return {"thinking": {"type": "adaptive"}, "output_config": {"effort": thinking}}
+
+
+def signed_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages without thinking blocks that carry no signature (the same list when there are none)."""
+
+    def unsigned(block: dict[str, Any]) -> bool:
+        return block.get("type") == "thinking" and not block.get("signature")
+
+    if not any(isinstance(m.get("content"), list) and any(unsigned(b) for b in m["content"]) for m in messages):
+        return messages
+    return [
+        {**m, "content": [b for b in m["content"] if not unsigned(b)]} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
 
 
 def _no_credentials(message: str = NO_CREDENTIALS) -> ProviderError:

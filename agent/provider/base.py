@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from agent.errors import Cancelled, CancelReason
 from agent.loop.cancel import CancelToken
-from agent.messages import TextBlock, ToolUseBlock
+from agent.messages import AnswerBlock, TextBlock, ToolUseBlock
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class ProviderRequest:
     system: str | list[dict[str, Any]] | None = None
     max_tokens: int = 4096
     temperature: float | None = None  # None: the API's default, not sent
+    # The agent's thinking (None: off): "low", "medium", "high" or a number of tokens; each provider maps it.
+    thinking: str | int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class TokenUsage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    reasoning_tokens: int = 0  # of `output_tokens`, what the model spent thinking, where the API says so
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -87,6 +90,7 @@ class TokenUsage:
             self.output_tokens + other.output_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def __sub__(self, other: TokenUsage) -> TokenUsage:
@@ -95,6 +99,7 @@ class TokenUsage:
             self.output_tokens - other.output_tokens,
             self.cache_creation_input_tokens - other.cache_creation_input_tokens,
             self.cache_read_input_tokens - other.cache_read_input_tokens,
+            self.reasoning_tokens - other.reasoning_tokens,
         )
 
     @property
@@ -104,12 +109,15 @@ class TokenUsage:
 
     def as_dict(self) -> dict[str, int]:
         """The JSON form journal records and events carry."""
-        return {
+        out = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
         }
+        if self.reasoning_tokens:  # only where the API reported some: records without thinking keep their shape
+            out["reasoning_tokens"] = self.reasoning_tokens
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TokenUsage:
@@ -120,6 +128,7 @@ class TokenUsage:
             int(data.get("output_tokens") or 0),
             int(data.get("cache_creation_input_tokens") or 0),
             int(data.get("cache_read_input_tokens") or 0),
+            int(data.get("reasoning_tokens") or 0),
         )
 
 
@@ -128,7 +137,7 @@ class Answer:
     """A completed answer (the provider's stream said it ended). Only these ever reach history."""
 
     message_id: str
-    content: tuple[TextBlock | ToolUseBlock, ...]
+    content: tuple[AnswerBlock, ...]  # in the order the model produced them, its reasoning first
     stop_reason: str | None
     usage: TokenUsage
 

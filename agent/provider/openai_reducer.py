@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.loop.failures import IncompleteStream
-from agent.messages import TextBlock, ToolUseBlock
+from agent.messages import AnswerBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from agent.provider.base import Answer, TokenUsage
 
 # The API's finish reasons in Baton's vocabulary (the Messages API's `stop_reason`, as journal records keep it).
@@ -34,6 +34,7 @@ class ChatSnapshot:
 
     message_id: str = ""
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)  # `reasoning_content` or `reasoning` deltas, in order
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
@@ -44,7 +45,10 @@ class ChatSnapshot:
         return self.finish_reason is not None
 
     def to_answer(self) -> Answer:
-        content: list[TextBlock | ToolUseBlock] = []
+        content: list[AnswerBlock] = []
+        reasoning = "".join(self.reasoning)
+        if reasoning:  # it came first: the model reasoned, then answered
+            content.append(ThinkingBlock(thinking=reasoning))
         text = "".join(self.text)
         if text:
             content.append(TextBlock(text=text))
@@ -72,6 +76,7 @@ def usage_of(raw: dict[str, Any]) -> TokenUsage:
         input_tokens=max(0, prompt - cached),
         output_tokens=int(raw.get("completion_tokens") or 0),
         cache_read_input_tokens=cached,
+        reasoning_tokens=int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0),
     )
 
 
@@ -86,6 +91,10 @@ def accumulate(chunk: dict[str, Any], snapshot: ChatSnapshot) -> str | None:
         if choice.get("index", 0) != 0:
             continue  # Baton asks for one choice
         delta = choice.get("delta") or {}
+        thought = delta.get("reasoning_content") or delta.get("reasoning")  # servers name it either way
+        if isinstance(thought, str) and thought:
+            snapshot.reasoning.append(thought)
+            snapshot.had_output = True
         if delta.get("content"):
             added = delta["content"]
             snapshot.text.append(added)

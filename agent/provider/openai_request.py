@@ -56,6 +56,11 @@ def _assistant(message: dict[str, Any]) -> dict[str, Any]:
         if b.get("type") == "tool_use"
     ]
     out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    # A compatible server's reasoning goes back as it asks for it (DeepSeek requires it on a turn that made tool
+    # calls); only this model's own, unsigned reasoning reaches here (a signed block is Anthropic's).
+    reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking" and not b.get("signature"))
+    if reasoning:
+        out["reasoning_content"] = reasoning
     if calls:
         out["tool_calls"] = calls
     return out
@@ -117,6 +122,8 @@ def chat_body(request: ProviderRequest) -> dict[str, Any]:
     }
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    if isinstance(request.thinking, str):  # a number of tokens is refused when the agent is loaded
+        body["reasoning_effort"] = request.thinking
     tools = chat_tools(request)
     if tools:
         body["tools"] = tools

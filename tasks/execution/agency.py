@@ -108,6 +108,7 @@ class Agency(Requeueing):
             context_tokens=settings.context_tokens or context_window(self.model or settings.model),
             max_tokens=agent.max_tokens if (agent := self.choice.agent if self.choice else None) else 4096,
             temperature=agent.temperature if agent is not None else None,
+            thinking=agent.thinking if agent is not None else None,
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from tasks.store.replies import text
 
@@ -33,6 +33,14 @@ class UsageOut(BaseModel):
     cache_read_input_tokens: int = 0
     attempts: int = 0
     discarded_attempts: int = 0
+    reasoning_tokens: int | None = None  # where the API reported thinking (they are output tokens)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("reasoning_tokens") is None:
+            out.pop("reasoning_tokens", None)
+        return out
 
 
 class UnitRecord(BaseModel):

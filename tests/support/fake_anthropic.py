@@ -44,6 +44,7 @@ __all__ = [
     "Script",
     "failing",
     "text",
+    "thought",
     "tool_call",
 ]
 
@@ -102,6 +103,11 @@ def tool_call(name: str, input: dict[str, Any], *, text: str | None = None, id: 
     if id is not None:
         block["id"] = id
     return Reply([*([{"type": "text", "text": text}] if text is not None else []), block])
+
+
+def thought(thinking: str, then: Reply) -> Reply:
+    """`then`, the model having thought `thinking` first (a thinking block, signed by the fake as it streams)."""
+    return dataclasses.replace(then, content=[{"type": "thinking", "thinking": thinking}, *then.content])
 
 
 def failing(fault: Fault, like: Reply | None = None) -> Reply:

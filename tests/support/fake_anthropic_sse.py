@@ -6,6 +6,7 @@ bodies) and the request validation rules can be read and checked on their own, w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from collections.abc import Mapping
@@ -130,7 +131,12 @@ def stream_events(
         elif block.get("type") == "text":
             head = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": p} for p in split_chunks(block["text"], parts)]
-        else:  # anything else (e.g. thinking) is sent whole in its start event
+        elif block.get("type") == "thinking":
+            # As the API streams it: the text in deltas, then the signature in one delta just before the stop.
+            head = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": p} for p in split_chunks(block["thinking"], parts)]
+            deltas.append({"type": "signature_delta", "signature": sign(block["thinking"])})
+        else:  # anything else (e.g. redacted thinking) is sent whole in its start event
             head, deltas = block, []
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))
         events.extend(
@@ -143,12 +149,49 @@ def stream_events(
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": output_tokens},
+                "usage": {"output_tokens": output_tokens, **thinking_usage(content)},
             },
         )
     )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+# The fake's own key for thinking signatures: a block comes back valid only with the very text it was sent with.
+_SIGNING_KEY = b"fake-anthropic-thinking"
+
+
+def sign(thinking: str) -> str:
+    """The signature the fake gives a thinking block (and checks when the block comes back)."""
+    return "sig-" + hashlib.sha256(_SIGNING_KEY + thinking.encode("utf-8")).hexdigest()[:32]
+
+
+def thinking_usage(content: list[dict[str, Any]]) -> dict[str, Any]:
+    """`output_tokens_details` of a reply that thought (a token per 4 characters of its thinking), else nothing."""
+    chars = sum(len(b.get("thinking", "")) for b in content if b.get("type") == "thinking")
+    return {"output_tokens_details": {"thinking_tokens": max(1, chars // 4)}} if chars else {}
+
+
+def thinking_problem(body: Mapping[str, Any]) -> str | None:
+    """The 400 the real API gives a request whose reasoning is not what the model produced: a thinking block whose
+    text or signature changed anywhere, or, with thinking on, a tool loop whose assistant turn lost its thinking."""
+    messages = body.get("messages") or []
+    for i, m in enumerate(messages):
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") == "thinking" and b.get("signature") != sign(str(b.get("thinking", ""))):
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+    on = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
+    if on and last is not None and last == len(messages) - 2:
+        blocks = _blocks(messages[last])
+        looping = any(b.get("type") == "tool_use" for b in blocks)
+        if looping and blocks and blocks[0].get("type") not in ("thinking", "redacted_thinking"):
+            return (
+                f"messages.{last}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                f"`{blocks[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must start "
+                "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks)."
+            )
+    return None
 
 
 def encode_event(event: str, data: dict[str, Any]) -> bytes:
@@ -236,6 +279,9 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True)
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
+    problem = thinking_problem(body)
+    if problem is not None:
+        return problem
     if not body.get("tools") and any(
         b.get("type") in ("tool_use", "tool_result") for m in messages for b in _blocks(m)
     ):

@@ -95,7 +95,11 @@ def neutral_body(body: Mapping[str, Any]) -> dict[str, Any]:
     for m in body.get("messages", []):
         role = m.get("role")
         if role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks: list[dict[str, Any]] = []
+            if m.get("reasoning_content"):  # sent back, as DeepSeek asks on a turn that made tool calls
+                blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+            if m.get("content"):
+                blocks.append({"type": "text", "text": m["content"]})
             for call in m.get("tool_calls") or []:
                 function = call.get("function") or {}
                 blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
@@ -157,6 +161,8 @@ def chat_chunks(reply: Reply, chat_id: str, model: str) -> list[list[dict[str, A
             delta = data["delta"]
             if delta.get("type") == "text_delta":
                 out.append(chunk({"content": delta["text"]}))
+            elif delta.get("type") == "thinking_delta":  # as DeepSeek and vLLM stream it
+                out.append(chunk({"content": None, "reasoning_content": delta["thinking"]}))
             elif delta.get("partial_json"):
                 at = tool_index[data["index"]]
                 out.append(chunk({"tool_calls": [{"index": at, "function": {"arguments": delta["partial_json"]}}]}))
@@ -168,6 +174,9 @@ def chat_chunks(reply: Reply, chat_id: str, model: str) -> list[list[dict[str, A
             usage = {"prompt_tokens": prompt, "completion_tokens": reply.output_tokens,
                      "total_tokens": prompt + reply.output_tokens,
                      "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0}}
+            thinking = sse.thinking_usage(content).get("output_tokens_details")
+            if thinking:
+                usage["completion_tokens_details"] = {"reasoning_tokens": thinking["thinking_tokens"]}
             out += [{"id": chat_id, "object": "chat.completion.chunk", "created": created, "model": model,
                      "choices": [], "usage": usage}, "[DONE]"]
         grouped.append(out)
