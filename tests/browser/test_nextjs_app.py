@@ -65,6 +65,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, ApiS
             front.stop()
 
 
+@pytest.mark.timeout(360)  # the module's `next build` (~25 s alone, more beside 2 other pytest workers) counts here
 def test_a_chat_in_next_js_tool_round_approval_reload_mid_answer_and_the_whole_history(app, page, shoot):
     served, front = app
     chat, first = "nextjs-chat", "nextjs: look k1 up"
