@@ -1,8 +1,8 @@
 """The README's "Use it from Next.js" app, as Next.js builds and serves it: tests/js/next-app (the README's files,
 tests/unit/test_readme_nextjs.py keeps them equal) built with `next build` and served by `next start` in front
 of `baton serve` with a token, driven by headless Chromium through one chat: an answer after a tool round, an
-approval (Approve), a reload mid-answer (the history, then the running answer resumed once) and a reload after
-it (the whole chat from the history route).
+approval (a reload while it waits, then Approve), a reload mid-answer (the history, then the running answer
+resumed once) and a reload after it (the whole chat from the history route).
 
 `npm ci` in tests/js/next-app installs Next.js and the AI SDK (.ci/run does); the module builds the app once
 (`next build`, ~25 s on 2 cores). Without Node, or without the install, it is skipped and says which.
@@ -97,6 +97,9 @@ def test_a_chat_in_next_js_tool_round_approval_reload_mid_answer_and_the_whole_h
     approve = page.get_by_role("button", name="Approve")
     expect(approve).to_be_visible(timeout=WAIT_MS)
     expect(page.locator('[data-tool="deploy"]')).to_have_attribute("data-state", "approval-requested")
+    page.reload()  # while the call waits: the history holds it, the resume replays the parked turn over it
+    expect(approve).to_have_count(1, timeout=WAIT_MS)
+    expect(status).to_have_text("ready", timeout=WAIT_MS)
     approve.click()
     expect(assistant.nth(1)).to_contain_text("Deployed to prod.", timeout=WAIT_MS)
     expect(page.locator('[data-tool="deploy"]')).to_have_attribute("data-state", "output-available")
