@@ -12,6 +12,7 @@ turn's first model step, `first_message_id`), each model step a `start-step` ...
 - a discarded attempt (`turn.retry` with `discarded: true`) or the attempt a stop or failure cut: `reset-step`,
   which makes the client drop the step's parts, exactly the text Baton voids (its fencing puts every delta of
   a discarded attempt before the event that discards it); the replayed attempt's text follows in the same step;
+- a notice of the transcript (`notice`, an item only the history, web/ui_messages.py, feeds in): a text part;
 - the end: `finish` with `stop` (completed), `interrupted` (stopped, after the notice as a text part),
   `error` (after an `error` chunk naming the failure class), or `tool-calls` when the turn parks for an
   approval (`parked`; a park writes no event, so the reader says when).
@@ -90,6 +91,8 @@ def advance(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[C
         if not item.get("discarded"):
             return state, []
         return _void(state, item)
+    if kind == "notice":
+        return _notice(state, item)
     if kind == "turn.completed":
         state, out = _close_step(state)
         return replace(state, done=True), [*out, {"type": "finish", "finishReason": "stop"}]
@@ -106,6 +109,13 @@ def parked(state: TurnChunks) -> tuple[TurnChunks, list[Chunk]]:
         return state, []
     state, out = _close_step(state)
     return replace(state, done=True), [*out, {"type": "finish", "finishReason": "tool-calls"}]
+
+
+def settled(state: TurnChunks) -> tuple[TurnChunks, list[Chunk]]:
+    """A turn read back from the transcript (web/ui_messages.py) is over: its open text and step are closed, as
+    its stream's end closed them (what else that end sent adds no part to the message)."""
+    state, out = _close_step(state)
+    return replace(state, done=True), out
 
 
 def step_so_far(sent: list[Chunk], more: list[Chunk]) -> list[Chunk]:
@@ -216,6 +226,20 @@ def _stopped(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[
     ]
     state, closed = _close_step(state)
     return replace(state, done=True), [*out, *closed, {"type": "finish", "finishReason": "interrupted"}]
+
+
+def _notice(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chunk]]:
+    """A notice the transcript holds (a failure's words, a resume, a deploy), as a text part of its own. Only the
+    history (web/ui_messages.py) has such items: the live stream's stop notice comes with `turn.stopped`, in
+    the same words, and its failure as an `error` chunk."""
+    state, out = _close_text(state)
+    text = str(item.get("text", ""))
+    part = [
+        {"type": "text-start", "id": NOTICE_PART},
+        {"type": "text-delta", "id": NOTICE_PART, "delta": text},
+        {"type": "text-end", "id": NOTICE_PART},
+    ]
+    return state, [*out, *part]
 
 
 def _failed(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chunk]]:

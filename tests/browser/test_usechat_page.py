@@ -1,5 +1,6 @@
-"""The README's `useChat` page in a real browser: a page built with `useChat` from `@ai-sdk/react` (bundled by
-esbuild from tests/js's pinned packages), served with the README's proxy route (tests/js/page/serve.mjs) in
+"""A `useChat` page in a real browser, the small one (the README's whole Next.js app is tests/browser/
+test_nextjs_app.py's): a page built with `useChat` from `@ai-sdk/react` (bundled by
+esbuild from tests/js's pinned packages), served with a proxy route like the README's (tests/js/page/serve.mjs) in
 front of `baton serve` with a token, driven by headless Chromium: type, watch the answer stream, reload
 mid-answer, and see `resume: true` pick the answer up again with no text doubled.
 """

@@ -40,6 +40,7 @@ def routes(turn_id: str, workspace: str) -> list[tuple[str, str, dict | None]]:
         ("POST", f"{c}/stop", None),
         ("GET", f"{c}/transcript", None),
         ("GET", f"{c}/stream", None),
+        ("GET", f"/api/chat/{CHAT}/messages", None),  # useChat's history
         ("POST", f"{c}/approvals/{CALL}", {"approve": True, "by": "alice"}),
         ("POST", "/api/runs", {"goal": "bob's run", "workspace": workspace, "run_id": RUN}),
         ("GET", r, None),
@@ -136,6 +137,8 @@ def _check(stack, servers: dict[str, ApiServer], tmp_path) -> None:
         assert not r.sismember(keys.runs(keys.owner("run", made)), made)
         # Alice is served on both apps, her stream included.
         assert ask(api, "alice", "GET", f"/api/chats/{CHAT}/transcript", None)[0] == 200
+        status, answer = ask(api, "alice", "GET", f"/api/chat/{CHAT}/messages", None)
+        assert status == 200 and [m["role"] for m in answer] == ["user", "assistant"], answer  # type: ignore[union-attr]
         assert ask(api, "alice", "GET", f"/api/runs/{RUN}", None)[1]["status"] == "completed"
         headers = {"X-User": "alice", "Authorization": f"Bearer {TOKEN}"}
         with SseStream(api.url + f"/api/chats/{CHAT}/stream", headers=headers) as live:

@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import { Readable } from 'node:stream';
 import { parseArgs } from 'node:util';
 
-// The README's app/api/chat/[[...path]]/route.ts, but for the types:
+// Like the README's app/api/chat/[[...path]]/route.ts (which tests/browser/test_nextjs_app.py runs in Next.js):
 const pass = (req) => fetch(process.env.BATON_URL + new URL(req.url).pathname, { method: req.method,
   headers: { 'content-type': 'application/json', authorization: `Bearer ${process.env.BATON_API_TOKEN}` },
   body: req.method === 'POST' ? req.body : undefined, duplex: 'half', cache: 'no-store' });
