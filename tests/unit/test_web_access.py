@@ -89,4 +89,4 @@ def test_every_api_route_that_names_a_chat_or_run_asks_authorize_before_anything
             assert asked == [(kind, ident)], (method, template, asked)
             assert status == 404, (method, template, status, answer)
             covered += 1
-    assert covered == 16, covered  # 6 chat routes, 6 run routes (POST /api/runs included), 2 approvals, 2 useChat
+    assert covered == 17, covered  # 6 chat routes, 6 run routes (POST /api/runs included), 2 approvals, 3 useChat
