@@ -6,7 +6,15 @@ import sys
 import time
 from typing import Any
 
-from agent.messages import Message, NoticeBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agent.messages import (
+    Message,
+    NoticeBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 
 def _needs_approval(result: Any) -> bool:
@@ -49,6 +57,11 @@ def render_message(message: Message) -> str:
             parts.append(f"← {'error: ' if block.is_error else ''}{block.content[:200]}")
         elif isinstance(block, NoticeBlock):
             parts.append(f"[{block.text}]")
+        elif isinstance(block, ThinkingBlock):  # folded: a person reads the answer first
+            thought = " ".join(block.thinking.split())
+            parts.append(f"(thought: {thought[:80]}{'…' if len(thought) > 80 else ''})")
+        elif isinstance(block, RedactedThinkingBlock):
+            parts.append("(thought: redacted)")
     return f"{message.role:>9}: " + " ".join(parts)
 
 
