@@ -14,6 +14,11 @@ from typing import Any
 from agent.errors import McpConfigError, ToolDefinitionError, ToolLoadError
 from config.settings import Settings, SettingsError, load_settings
 
+NO_TOOLS = (
+    "no tools: a chat turn gets none, a coding run only the workspace tools; add Python tools with "
+    "BATON_TOOLS=module:attribute, MCP servers' with BATON_MCP_SERVERS=path/to/mcp.json"
+)
+
 
 def tools_report(settings: Settings) -> dict[str, Any]:
     """`{"tools": [...], "servers": {NAME: {"transport", "status", "error"}}}` for these settings."""
@@ -59,6 +64,8 @@ def main(json_output: bool) -> int:
     if json_output:
         print(json.dumps(report, ensure_ascii=False))
     else:
+        if not report["tools"]:  # said, not an empty screen that reads like a listing that failed
+            print(NO_TOOLS)
         for t in report["tools"]:
             flags = [t["effect"]] + [flag for flag in ("idempotent", "approval") if t[flag]]
             print(f"{t['name']:<40} {' '.join(flags):<28} {t['source']}")
