@@ -77,7 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason")
     p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
     cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
-    cmd("tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)")
+    p = cmd(
+        "tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)"
+    )
+    p.add_argument(
+        "--debug", action="store_true",
+        help="also show Baton's log on stderr: the MCP servers' starts and what each writes to its stderr",
+    )
     # Listed for `baton --help` only: `main` hands everything after `worker` to Celery before argparse sees it.
     sub.add_parser(
         "worker", add_help=False,
@@ -113,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "tools":
         from tasks.cli.tools import main as tools_main
 
-        return tools_main(args.json)
+        return tools_main(args.json, debug=args.debug)
     if args.command == "serve":
         from tasks.cli.serve import serve
 
