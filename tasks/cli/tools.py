@@ -77,8 +77,9 @@ def main(json_output: bool, *, debug: bool = False) -> int:
         for name, server in report["servers"].items():
             if server["error"]:
                 # Why a server failed is often only in what it wrote to stderr, which is logged, not printed.
-                hint = " (what it wrote to stderr: baton tools --debug)" if server["transport"] == "stdio" else ""
-                print(f"mcp server {name}: unavailable: {server['error']}{hint if not debug else ''}", file=sys.stderr)
+                pointer = server["transport"] == "stdio" and not debug
+                hint = " (what it wrote to stderr: baton tools --debug)" if pointer else ""
+                print(f"mcp server {name}: unavailable: {server['error']}{hint}", file=sys.stderr)
     return 1 if any(s["error"] for s in report["servers"].values()) else 0
 
 

@@ -42,19 +42,24 @@ def celery_program(python: str) -> list[str]:
 def worker_argv(args: Sequence[str], python: str) -> list[str]:
     """The whole command line of `baton worker ARGS` run by the interpreter `python` (pure but for reading the
     `celery` script's first line)."""
-    user = list(args)
-    if user[:1] == ["--"]:  # the old way round argparse (`baton worker -- -c 2`): Celery would read it as config
-        user = user[1:]
-    ours = [] if sets_loglevel(user) else list(DEFAULTS)
-    return [*celery_program(python), "-A", "tasks", "worker", *ours, *user]
+    return [*celery_program(python), *_worker_args(args)]
 
 
 def exec_worker(args: Sequence[str]) -> None:
     """Replace this process with the worker (signals and the exit status are then Celery's own)."""
     if not sys.executable:  # an embedding that cannot name its interpreter: PATH is all there is
-        os.execvp("celery", ["celery", "-A", "tasks", "worker", *DEFAULTS, *args])
+        os.execvp("celery", ["celery", *_worker_args(args)])
     argv = worker_argv(args, sys.executable)
     os.execv(argv[0], argv)
+
+
+def _worker_args(args: Sequence[str]) -> list[str]:
+    """`-A tasks worker`, our defaults, then the user's options."""
+    user = list(args)
+    if user[:1] == ["--"]:  # the old way round argparse (`baton worker -- -c 2`): Celery would read it as config
+        user = user[1:]
+    ours = [] if sets_loglevel(user) else list(DEFAULTS)
+    return ["-A", "tasks", "worker", *ours, *user]
 
 
 def _runs_on(script: str, python: str) -> bool:
