@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from agent.tools.mcp.stderr import MAX_LINE, StderrLog
 
@@ -30,3 +35,30 @@ def test_the_reader_waits_for_every_copy_of_the_write_end():
     stderr.spawned()
     stderr.spawned()  # idempotent: the transport's exit closes it again
     assert stderr.join(5)
+
+
+GREEN = """
+from gevent import monkey; monkey.patch_all()
+import logging, os, sys, time
+from agent.tools.mcp.stderr import StderrLog
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+stderr = StderrLog("quiet")
+started = time.monotonic()
+for _ in range(5):
+    time.sleep(0.02)  # other greenlets' turn while the server has said nothing
+print(f"ran {time.monotonic() - started:.2f}", flush=True)
+stderr.writer.write("at last\\n"); stderr.spawned()
+print("joined", stderr.join(5), flush=True)
+"""
+
+
+def test_under_gevents_monkey_patching_a_quiet_server_stalls_nothing():
+    """Celery's gevent pool makes threads greenlets: a blocking read of the pipe stalled the whole process until
+    the server wrote (here: for ever). The reader waits in gevent's select and the other greenlets run."""
+    pytest.importorskip("gevent")
+    repo = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", GREEN], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": repo}, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    ran, said, joined = done.stdout.splitlines()
+    assert float(ran.split()[1]) < 2 and said == "baton.mcp quiet: at last" and joined == "joined True"

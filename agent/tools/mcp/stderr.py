@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import threading
 from collections.abc import AsyncIterator
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
 log = logging.getLogger("baton.mcp")
 
@@ -33,17 +34,42 @@ class StderrLog:
         self._logger = logger
         read_fd, write_fd = os.pipe()  # both close-on-exec: only the server's fd 2 (a dup) reaches a child
         self.writer: TextIO = os.fdopen(write_fd, "w")
-        self._reader = threading.Thread(
-            target=self._pump, args=(os.fdopen(read_fd, "rb"),), name=f"mcp-stderr:{name}", daemon=True
-        )
+        # Non-blocking, waited on with select: under Celery's gevent pool this thread is a greenlet, and a blocking
+        # read would stall the whole worker until the server wrote; gevent's patched select yields instead. (Only
+        # this end: the server's stderr, the other open file, stays blocking.)
+        os.set_blocking(read_fd, False)
+        self._reader = threading.Thread(target=self._pump, args=(read_fd,), name=f"mcp-stderr:{name}", daemon=True)
         self._reader.start()
 
-    def _pump(self, pipe: IO[bytes]) -> None:
-        with pipe:
-            for raw in iter(lambda: pipe.readline(MAX_LINE), b""):
-                line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
-                if line.strip():
-                    self._logger.info("%s: %s", self.name, line)
+    def _pump(self, fd: int) -> None:
+        pending = b""
+        try:
+            while True:
+                select.select([fd], [], [])
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:  # woken with nothing to read after all
+                    continue
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    self._log(line)
+                while len(pending) >= MAX_LINE:  # a line with no end in sight: its pieces so far
+                    self._log(pending[:MAX_LINE])
+                    pending = pending[MAX_LINE:]
+            self._log(pending)  # a last line without its newline
+        finally:
+            os.close(fd)
+
+    def _log(self, raw: bytes) -> None:
+        """One line as records: one, or one per MAX_LINE bytes of a longer line (pieces cut from its start, so
+        however the reads split it)."""
+        raw = raw.rstrip(b"\r")
+        for start in range(0, len(raw), MAX_LINE):
+            line = raw[start:start + MAX_LINE].decode("utf-8", "replace")
+            if line.strip():
+                self._logger.info("%s: %s", self.name, line)
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` for the server's every copy to close and each line to be logged; whether it did."""
