@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -108,8 +110,10 @@ class Settings(BaseSettings):
         # Checked before the broker defaults to the store: a cluster's store is no Celery broker (kombu's Redis
         # transport speaks to one node), so the broker must be named. Reported under BATON_BROKER_URL.
         if isinstance(data, dict) and str(data.get("redis_cluster") or "").strip():
+            # Named, and not one of the cluster's nodes. It may equal BATON_REDIS_URL: on a cluster that URL's host
+            # and port are ignored (it gives the password and TLS), so it can name a plain Redis beside it.
             broker = data.get("broker_url")
-            if not broker or broker == data.get("redis_url"):
+            if not broker or broker_is_a_cluster_node(str(broker), str(data["redis_cluster"])):
                 raise ValueError(
                     "BATON_REDIS_CLUSTER needs BATON_BROKER_URL: a RabbitMQ, or a Redis that is not the cluster"
                 )
@@ -144,6 +148,42 @@ class Settings(BaseSettings):
         return sentinel_url(self) if self.sentinels else self.redis_url
 
 
+def broker_is_a_cluster_node(broker_url: str, cluster: str) -> bool:
+    """Whether `broker_url` is a Redis at one of the startup nodes of `cluster` (BATON_REDIS_CLUSTER's form).
+
+    Compared as addresses, not strings: the port defaults to 6379 as redis-py's and kombu's do, a host's case and
+    brackets do not count, and every loopback name (`localhost`, 127.0.0.0/8, `::1`) is one host, since a node
+    bound on all interfaces answers on each of them. A name is not resolved (settings never wait on DNS), so a
+    broker named `redis-1` beside a node given as its IP, or a node that is not among the startup nodes, is not
+    caught here; kombu would then speak to one node of the cluster.
+    """
+    parts = urlsplit(broker_url)
+    if parts.scheme not in ("redis", "rediss"):  # RabbitMQ, or a Unix socket: never a cluster node's address
+        return False
+    try:
+        port = parts.port or 6379
+        nodes = _addresses(cluster)
+    except ValueError:  # a malformed port: the fields' own checks name it
+        return False
+    host = _host_key(parts.hostname or "localhost")  # kombu and redis-py read an empty host as localhost
+    return any(port == node_port and host == _host_key(node_host) for node_host, node_port in nodes)
+
+
+def _host_key(host: str) -> str:
+    """One spelling per host: lower case, no brackets or final dot, an IP in its canonical form, and every
+    loopback (or unspecified, which reaches this machine too) address or name as `loopback`."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost") or name in ("localhost.localdomain", "ip6-localhost"):
+        return "loopback"
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return "loopback" if ip.is_loopback or ip.is_unspecified else str(ip)
+
+
 def _addresses(listed: str) -> list[tuple[str, int]]:
     out = []
     for item in listed.split(","):
@@ -155,8 +195,6 @@ def _addresses(listed: str) -> list[tuple[str, int]]:
 
 def sentinel_url(settings: Settings) -> str:
     """Celery's and kombu's form: `sentinel://[:password@]host:port/db;sentinel://...` (master name apart)."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(settings.redis_url)
     auth = ""
     if parts.password is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -78,9 +77,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason")
     p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
     cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
-    cmd("tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)")
-    p = cmd("worker", "start a worker (celery -A tasks worker with Baton's defaults)")
-    p.add_argument("celery_args", nargs=argparse.REMAINDER)
+    p = cmd(
+        "tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)"
+    )
+    p.add_argument(
+        "--debug", action="store_true",
+        help="also show Baton's log on stderr: the MCP servers' starts and what each writes to its stderr",
+    )
+    # Listed for `baton --help` only: `main` hands everything after `worker` to Celery before argparse sees it.
+    sub.add_parser(
+        "worker", add_help=False,
+        help="start a worker: celery -A tasks worker -l info, then any Celery worker option (-c, -P, -Q, -l, ...)",
+    )
     p = cmd("demo", "run the embedded stack and tour what Baton does (the chat page shows it live)")
     p.add_argument("--keep", action="store_true", help="leave the stack and the page up until Ctrl-C")
     p.add_argument(
@@ -96,9 +104,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "worker":
-        os.execvp("celery", ["celery", "-A", "tasks", "worker", "-l", "info", *args.celery_args])
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["worker"]:
+        # Not through argparse: it cannot pass unknown options on (`-c 2` was "unrecognized arguments"), and
+        # every Celery worker option, `--help` included, is Celery's to read.
+        from tasks.cli.worker import exec_worker
+
+        exec_worker(given[1:])
+    args = _parser().parse_args(given)
     if args.command == "demo":
         from tasks.demo.scenarios import main as demo_main
 
@@ -106,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "tools":
         from tasks.cli.tools import main as tools_main
 
-        return tools_main(args.json)
+        return tools_main(args.json, debug=args.debug)
     if args.command == "serve":
         from tasks.cli.serve import serve
 

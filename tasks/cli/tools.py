@@ -8,11 +8,19 @@ them, listed, and stopped again; one that cannot start is reported with its reas
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Any
 
 from agent.errors import McpConfigError, ToolDefinitionError, ToolLoadError
 from config.settings import Settings, SettingsError, load_settings
+
+NO_TOOLS = (
+    "no tools: a chat turn gets none, a coding run only the workspace tools; add Python tools with "
+    "BATON_TOOLS=module:attribute, MCP servers' with BATON_MCP_SERVERS=path/to/mcp.json"
+)
+
+NO_TOOLS_FROM_SERVERS = "no tools: no MCP server of BATON_MCP_SERVERS listed any, and BATON_TOOLS adds none"
 
 
 def tools_report(settings: Settings) -> dict[str, Any]:
@@ -46,7 +54,9 @@ def tools_report(settings: Settings) -> dict[str, Any]:
     return {"tools": tools, "servers": report}
 
 
-def main(json_output: bool) -> int:
+def main(json_output: bool, *, debug: bool = False) -> int:
+    if debug:
+        show_log()
     try:
         settings = load_settings()
         report = tools_report(settings)
@@ -59,13 +69,28 @@ def main(json_output: bool) -> int:
     if json_output:
         print(json.dumps(report, ensure_ascii=False))
     else:
+        if not report["tools"]:  # said, not an empty screen that reads like a listing that failed
+            print(NO_TOOLS_FROM_SERVERS if report["servers"] else NO_TOOLS)
         for t in report["tools"]:
             flags = [t["effect"]] + [flag for flag in ("idempotent", "approval") if t[flag]]
             print(f"{t['name']:<40} {' '.join(flags):<28} {t['source']}")
         for name, server in report["servers"].items():
             if server["error"]:
-                print(f"mcp server {name}: unavailable: {server['error']}", file=sys.stderr)
+                # Why a server failed is often only in what it wrote to stderr, which is logged, not printed.
+                pointer = server["transport"] == "stdio" and not debug
+                hint = " (what it wrote to stderr: baton tools --debug)" if pointer else ""
+                print(f"mcp server {name}: unavailable: {server['error']}{hint}", file=sys.stderr)
     return 1 if any(s["error"] for s in report["servers"].values()) else 0
+
+
+def show_log() -> None:
+    """Baton's own log records on stderr, the servers' stderr lines (INFO, `baton.mcp`) among them. Without it
+    only warnings reach stderr (Python's last-resort handler), so nothing a server writes comes between the lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    baton = logging.getLogger("baton")
+    baton.addHandler(handler)
+    baton.setLevel(logging.DEBUG)
 
 
 def _fail(json_output: bool, message: str) -> int:

@@ -280,6 +280,44 @@ def test_approval_by_annotation_and_a_crashing_server_restarted(stack):
         _kill_servers(r, "notes")
 
 
+BANNERS = ["Starting default (STDIO) server...", "Secure MCP Filesystem Server running on stdio"]
+
+
+def _records(worker, logger: str) -> list[dict]:
+    """The JSON records of `logger` in a worker's log (BATON_LOG_JSON)."""
+    out = []
+    for line in worker.log().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("logger") == logger:
+                out.append(record)
+    return out
+
+
+def test_a_stdio_servers_stderr_reaches_the_workers_log_one_record_per_line_named(stack):
+    """A real server writing banners to its stderr at start and a line mid-call: each line is one INFO record of
+    the logger `baton.mcp` in the worker's log, `notes: LINE`, once per server process started (one per prefork
+    child), and no line of the worker's log carries them bare (they came out raw, outside any record)."""
+    r = _redis(stack)
+    path = _servers_file(stack, {"notes": _stdio("notes", stack.redis_server.url, MCP_TEST_STDERR="|".join(BANNERS))})
+    stack.fake_api.set_handler(Script([tool_call("notes__say_on_stderr", {"line": "mid-call, to stderr"}),
+                                       text("said it")]))
+    worker = stack.worker("w1", BATON_MCP_SERVERS=path, BATON_LOG_JSON="true")
+    client = stack.client()
+    result = client.wait(client.send_message("m-stderr", "speak up"), timeout=60)
+    assert result.status == "completed" and result.reply == "said it", result
+
+    def said(line: str) -> list[dict]:
+        return [x for x in _records(worker, "baton.mcp") if x["message"] == f"notes: {line}"]
+
+    wait_until(lambda: len(_pids(r, "notes")) == 2 and all(len(said(b)) == 2 for b in BANNERS), 30,
+               what="each child's server to start and its banners to be logged")
+    assert [x["level"] for b in BANNERS for x in said(b)] == ["INFO"] * 4
+    wait_until(lambda: len(said("mid-call, to stderr")) == 1, 10, what="the mid-call line")
+    bare = [x for x in worker.log().splitlines() if any(b in x for b in BANNERS) and not x.startswith("{")]
+    assert bare == [], bare
+
+
 def test_a_bad_servers_file_fails_worker_start_naming_the_variable(stack):
     path = stack.tmp_path / "bad.json"
     path.write_text(json.dumps({"mcpServers": {"a__b": {"command": "x"}}}))
@@ -309,7 +347,8 @@ def sandboxed_workspace() -> Iterator[Path]:
 def test_a_coding_runs_stdio_server_runs_in_its_sandbox(stack, sandboxed_workspace: Path):
     """A coding run's stdio server starts inside the run's sandbox: its cwd the workspace, its environment the
     sandbox's minimal one plus the file's `env`; it cannot read the worker's key (its environment, /proc of the
-    worker or of anything) nor reach the test's Redis; it is stopped when the run settles."""
+    worker or of anything) nor reach the test's Redis; what it writes to stderr reaches the worker's log; it is
+    stopped when the run settles."""
     ws = sandboxed_workspace
     path = _servers_file(stack, {"box": {"command": "python3", "args": [str(ws / "mcp_probe.py")],
                                          "env": {"FROM_THE_FILE": "yes"}}})
@@ -336,6 +375,9 @@ def test_a_coding_runs_stdio_server_runs_in_its_sandbox(stack, sandboxed_workspa
     names = set(seen["env"].split())
     assert "FROM_THE_FILE" in names and names <= {"FROM_THE_FILE", "PATH", "HOME", "LANG", "PWD"}, names
     assert {e.get("server") for e in _events(client, ref.run_id, "tool.result")} == {"box"}
+    # Its stderr, from inside the sandbox, reaches the worker's log as a record naming it.
+    banner = f"box: probe server running on stdio in {os.path.realpath(ws)}"
+    wait_until(lambda: banner in worker.log(), 10, what="the sandboxed server's stderr in the worker's log")
     if os.geteuid() == 0:  # the sandbox's processes run as nobody: none is left once the run has settled
         wait_until(lambda: _sandboxed(ws / "mcp_probe.py") == [], 10, what="the run's MCP server to stop")
 

@@ -79,6 +79,8 @@ def answer(request: dict) -> dict | None:
 
 
 def main() -> None:
+    # As the reference servers do: a banner on stderr, which the worker's log carries as `NAME: line`.
+    print(f"probe server running on stdio in {os.getcwd()}", file=sys.stderr, flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -3,6 +3,8 @@
 Run as `python -m tests.support.mcp_server [stdio|http PORT]`. Its environment (the servers file's `env`) gives
 `MCP_TEST_REDIS` (where it counts; without it, nothing is counted) and `MCP_TEST_NAME` (the server's name in the
 file, prefixing its keys).
+`MCP_TEST_STDERR` (lines, `|`-separated) is written to its stderr at start, as the reference servers write their
+banners there; the tool `say_on_stderr` writes one more line mid-session.
 Its pid is pushed to `mcp:{name}:pids` at start and to `mcp:{name}:closed` when its stdin closes, so a test can
 tell which processes were started and whether each was shut down by the client.
 """
@@ -91,6 +93,13 @@ def blocking_put(note: str, ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def say_on_stderr(line: str) -> str:
+    """Write `line` to the server's stderr (where a client must not let it reach its own output)."""
+    print(line, file=sys.stderr, flush=True)
+    return f"said {line!r}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def crash(reason: str) -> str:
     """Exit the server process mid-call (the client sees its server die)."""
     _count("crash", reason)
@@ -142,6 +151,8 @@ def probe(what: str) -> str:
 
 def main(argv: list[str]) -> None:
     counting = "MCP_TEST_REDIS" in os.environ
+    for line in filter(None, os.environ.get("MCP_TEST_STDERR", "").split("|")):
+        print(line, file=sys.stderr, flush=True)
     if counting:
         _redis().rpush(key(NAME, "pids"), os.getpid())
     if argv[:1] == ["http"]:

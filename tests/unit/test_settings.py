@@ -219,3 +219,52 @@ def test_sub_second_countdowns_wait_a_whole_second_on_rabbitmq_only():
     amqp, plain = "amqp://guest:guest@rabbit:5672//", "redis://localhost:6379/0"
     assert [broker_countdown(amqp, s) for s in (0, 0.2, 0.99, 1, 2.5)] == [0, 1.0, 1.0, 1, 2.5]
     assert [broker_countdown(plain, s) for s in (0, 0.2, 2.5)] == [0, 0.2, 2.5]
+
+
+NODES = "10.0.0.1:6379, 127.0.0.1:7001,[::1]:7002"
+REFUSED = "BATON_REDIS_CLUSTER needs BATON_BROKER_URL: a RabbitMQ, or a Redis that is not the cluster"
+
+
+@pytest.mark.parametrize("broker", [
+    "redis://10.0.0.1:6379/0", "redis://10.0.0.1/0", "rediss://:pw@10.0.0.1:6379/1",  # 6379: redis-py's default
+    "redis://127.0.0.1:7001/0", "redis://localhost:7001/0", "redis://LOCALHOST.:7001", "redis://127.0.0.2:7001",
+    "redis://[::1]:7001/0", "redis://[::ffff:127.0.0.1]:7001", "redis://0.0.0.0:7001", "redis://:7001/0",
+    "redis://localhost:7002/0", "redis://127.0.0.1:7002/0",
+])
+def test_a_broker_at_one_of_the_clusters_startup_nodes_is_one_of_its_nodes(broker):
+    """The same address however it is spelled: every loopback name or address is this machine."""
+    from config.settings import broker_is_a_cluster_node
+
+    assert broker_is_a_cluster_node(broker, NODES)
+
+
+@pytest.mark.parametrize("broker", [
+    "redis://10.0.0.1:6380/0", "redis://10.0.0.2:6379/0", "redis://localhost:6379/0", "redis://127.0.0.1:7003/0",
+    "amqp://guest:guest@10.0.0.1:6379//", "unix:///run/redis.sock", "redis://broker-redis:7001/0",
+])
+def test_a_broker_at_another_address_is_not(broker):
+    from config.settings import broker_is_a_cluster_node
+
+    assert not broker_is_a_cluster_node(broker, NODES)
+
+
+def test_on_a_cluster_the_broker_may_be_the_redis_url_unless_that_is_a_node(monkeypatch):
+    """BATON_REDIS_URL's host and port are ignored on a cluster (it gives the password and TLS), so a broker equal
+    to it is a plain Redis beside the cluster and fine (it was refused); a broker at a startup node is refused, as is
+    none at all, with the same words; the broker is then Celery's result backend too."""
+    monkeypatch.setenv("BATON_REDIS_CLUSTER", "127.0.0.1:7000,127.0.0.1:7001")
+    with pytest.raises(SettingsError, match=REFUSED):
+        load_settings()
+    monkeypatch.setenv("BATON_REDIS_URL", "redis://:pw@127.0.0.1:6400/0")
+    monkeypatch.setenv("BATON_BROKER_URL", "redis://:pw@127.0.0.1:6400/0")
+    s = load_settings()
+    assert (s.broker, s.result_backend) == (s.redis_url, s.redis_url)
+    assert s.cluster == [("127.0.0.1", 7000), ("127.0.0.1", 7001)]
+    for at_a_node in ("redis://:pw@localhost:7001/0", "redis://127.0.0.1:7000"):
+        monkeypatch.setenv("BATON_BROKER_URL", at_a_node)  # another URL than BATON_REDIS_URL: was accepted
+        with pytest.raises(SettingsError, match=REFUSED):
+            load_settings()
+        monkeypatch.setenv("BATON_REDIS_URL", at_a_node)
+        with pytest.raises(SettingsError, match=REFUSED):
+            load_settings()
+        monkeypatch.setenv("BATON_REDIS_URL", "redis://:pw@127.0.0.1:6400/0")

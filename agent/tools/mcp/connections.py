@@ -16,7 +16,6 @@ import concurrent.futures
 import contextlib
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from typing import Any
 from agent.errors import ToolError
 from agent.tools.mcp.config import ServerSpec
 from agent.tools.mcp.mapping import META_KEY, RemoteTool
+from agent.tools.mcp.stderr import stdio_logging_stderr
 
 log = logging.getLogger("baton.mcp")
 
@@ -115,10 +115,9 @@ class Session:
 
     def _transport(self) -> Any:
         if self.spec.transport == "stdio":
-            from mcp.client.stdio import stdio_client
-
-            # The real stderr: a Celery worker's sys.stderr is a logging proxy with no file descriptor to hand on.
-            return stdio_client(self._launch(self.spec), errlog=sys.__stderr__ or sys.stderr)
+            # Its stderr to the log, one record per line (agent/tools/mcp/stderr.py): not between `baton tools`'
+            # lines, and in a worker's log with a time, a level and the server's name.
+            return stdio_logging_stderr(self._launch(self.spec), self.spec.name)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
