@@ -167,9 +167,7 @@ def _tool_step(
         )
         _account(state, call, effect, block, status=recorded.get("log_status", "ok"), executed=True)
         return block
-    if tool is None or tool.unavailable is not None:
-        # Not offered any more (an agent upgraded, a tool removed), or offered from a pinned definition whose code
-        # this worker lacks: answered, never run, even when an earlier execution wrote its write-ahead entry.
+    if tool is None or tool.unavailable is not None:  # gone, or pinned without its code here: never run
         outcome, status = ToolOutcome(no_longer_available(call.name), is_error=True), "error"
     elif recorded is not None and recorded["status"] == "committing" and not tool.idempotent:
         # The effect may or may not have happened; running it again could do it twice.

@@ -11,7 +11,6 @@ which waits (`agent_unavailable`) and then fails `agent_unknown`. Every write to
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.conftest import Stack
 from tests.support import agents_v1, agents_v2, counting_tools
 from tests.support.fake_anthropic import ByConversation, Fault, failing, text, tool_call
 from tests.support.processes import wait_until
+from tests.support.published import wait_for_agents
 
 pytestmark = pytest.mark.integration
 
@@ -80,17 +80,6 @@ def result_text(block: dict[str, Any]) -> str:
     if isinstance(content, list):
         return "".join(b.get("text", "") for b in content if isinstance(b, dict))
     return str(content)
-
-
-def wait_for_agents(client, *names: str, timeout: float = 20.0) -> dict[str, Any]:
-    """The published listing once every name is in it (workers publish at their first sweep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        listed = {a["name"]: a for a in client.agents()["agents"]}
-        if all(n in listed for n in names):
-            return listed
-        assert time.monotonic() < deadline, f"agents {names} not published; listed {sorted(listed)}"
-        time.sleep(0.1)
 
 
 def run_script(name: str) -> list:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from tests.conftest import PROVIDERS, Stack
 from tests.support.fake_anthropic import ByConversation, text, tool_call
 from tests.support.fake_openai import FakeChatServer
 from tests.support.processes import REPO
+from tests.support.published import wait_for_agents
 
 pytestmark = pytest.mark.integration
 
@@ -45,17 +45,6 @@ def settings_of(fake, request: dict[str, Any]) -> tuple[str, int, float | None]:
         wire = fake.wire_requests[fake.requests.index(request)]
         return wire["model"], wire["max_completion_tokens"], wire.get("temperature")
     return request["model"], request["max_tokens"], request.get("temperature")
-
-
-def wait_for_agents(client, *names: str, timeout: float = 20.0) -> dict[str, Any]:
-    """The published listing once every name is in it (workers publish at their first sweep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        listed = {a["name"]: a for a in client.agents()["agents"]}
-        if all(n in listed for n in names):
-            return listed
-        assert time.monotonic() < deadline, f"agents {names} not published; listed {sorted(listed)}"
-        time.sleep(0.1)
 
 
 def requests_of(fake, first_text: str) -> list[dict[str, Any]]:
