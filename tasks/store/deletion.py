@@ -48,40 +48,35 @@ local record_tpl = unit_tpl['record']
 local records = {}
 for _, unit in ipairs(units) do
   local rec = fill(record_tpl, unit)
-  local f = redis.call('HMGET', rec, 'status', 'generation', 'approvals', 'created_at', 'user')
+  local f = redis.call('HMGET', rec, 'status', 'generation', 'user')
   if f[1] == '"queued"' or f[1] == '"running"' or f[1] == '"waiting"' then return {'busy', unit} end
   records[#records + 1] = {unit, f}
 end
 local n, user = 0, nil
 for i, entry in ipairs(records) do
   local unit, f = entry[1], entry[2]
-  if i == 1 and f[5] and f[5] ~= 'null' then user = cjson.decode(f[5]) end
+  if i == 1 and f[3] and f[3] ~= 'null' then user = cjson.decode(f[3]) end
   for _, tpl in pairs(unit_tpl) do n = n + redis.call('DEL', fill(tpl, unit)) end
   local gen = tonumber(f[2]) or 0
   for g = 0, gen do
     for _, tpl in pairs(gen_tpl) do n = n + redis.call('DEL', fill(tpl, unit, tostring(g))) end
-  end
-  -- Index members written as Python's json.dumps writes them (ids hold no character JSON would escape).
-  if f[3] then
-    local ok, calls = pcall(cjson.decode, f[3])
-    if ok and type(calls) == 'table' then
-      for _, call in ipairs(calls) do
-        local id = call['tool_use_id'] or call['id']
-        if id then n = n + redis.call('ZREM', approval_due, '["' .. owner .. '", "' .. unit .. '", "' .. id .. '"]') end
-      end
-    end
-  end
-  local created = tonumber(f[4])
-  if created then
-    local since = math.floor(math.max(0, created - 60) * 1000)
-    local member = '["' .. owner .. '", "' .. unit .. '", ' .. string.format('%.0f', since) .. ']'
-    n = n + redis.call('ZREM', delta_trim, member)
   end
 end
 for _, key in ipairs(owner_keys) do n = n + redis.call('DEL', key) end
 for _, key in ipairs(indexes) do n = n + redis.call('ZREM', key, owner) end
 if user then n = n + redis.call('ZREM', user_parts[1] .. user .. user_parts[2], owner) end
 if run_id ~= '' then n = n + redis.call('SREM', run_set, run_id) end
+-- The approval deadlines and live-text trims name the owner first in a JSON list: `["OWNER", unit, ...]`. Both
+-- hold only what is pending now (a call waiting, a unit settled within BATON_LIVE_TEXT_RETENTION), so the unit's
+-- shard of each is scanned for its entries rather than their members rebuilt from records a stop has rewritten.
+for _, key in ipairs({approval_due, delta_trim}) do
+  local cursor = '0'
+  repeat
+    local page = redis.call('ZSCAN', key, cursor, 'MATCH', '\\\\["' .. owner .. '", *', 'COUNT', 200)
+    cursor = page[1]
+    for i = 1, #page[2], 2 do n = n + redis.call('ZREM', key, page[2][i]) end
+  until cursor == '0'
+end
 return {'deleted', n}
 """
 
