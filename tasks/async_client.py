@@ -30,6 +30,7 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks import client_kept as kept
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
@@ -178,7 +179,7 @@ class AsyncClient:
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
-        user = core.check_user(user)
+        user = kept.check_user(user)
         pick = await self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
         new = core.new_turn(chat_id, text, now, pick, user=user)
@@ -430,7 +431,7 @@ class AsyncClient:
         by `user`."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
-        user = core.check_user(user)
+        user = kept.check_user(user)
         pick = await self._pick(keys.owner("run", "-"), agent, model)
         ident = core.check_id(run_id, "run_id") if run_id is not None else None
         rec = core.new_run(goal, path, ident, time.time(), pick, user=user)
@@ -439,7 +440,7 @@ class AsyncClient:
             raise ValidationError(f"run {run_id} already exists")
         pipe = self._store.pipeline(transaction=True)  # one slot on a cluster: the record and its index entries
         pipe.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        for index in [keys.pending(owner), *core.run_indexes(rec)]:
+        for index in [keys.pending(owner), *kept.run_indexes(rec)]:
             pipe.zadd(index, {owner: rec.created_at})
         await pipe.execute()
         await self._send(rec)
@@ -458,16 +459,16 @@ class AsyncClient:
     @_reaching
     async def chats(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of chats, newest activity first (see `Client.chats`)."""
-        return await aread_page(self._store, "chat", *core.page_args("chat", user, limit, before))
+        return await aread_page(self._store, "chat", *kept.page_args("chat", user, limit, before))
 
     @_reaching
     async def runs(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of runs, newest activity first (see `Client.runs`)."""
-        return await aread_page(self._store, "run", *core.page_args("run", user, limit, before))
+        return await aread_page(self._store, "run", *kept.page_args("run", user, limit, before))
 
     @_reaching
     async def delete(
-        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = core.DELETE_WAIT
+        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = kept.DELETE_WAIT
     ) -> dict[str, Any]:
         """Delete a chat or run (see `Client.delete`)."""
         owner = await self._owner(ident, kind)
@@ -476,14 +477,14 @@ class AsyncClient:
             await self._store.zadd(keys.doomed(owner), {owner: time.time()})
             deadline = time.monotonic() + timeout
             while done.busy is not None and time.monotonic() < deadline:
-                await self.stop(ident, kind=core.kind_of(owner))
-                await asyncio.sleep(core.DELETE_POLL)
+                await self.stop(ident, kind=kept.kind_of(owner))
+                await asyncio.sleep(kept.DELETE_POLL)
                 done = await self._delete(owner)
             if done.busy is not None:
-                return core.delete_stopping(ident)
+                return kept.delete_stopping(ident)
         if done.busy is not None:
-            raise core.busy_to_delete(ident, done.busy)
-        return core.delete_answer(ident, done)
+            raise kept.busy_to_delete(ident, done.busy)
+        return kept.delete_answer(ident, done)
 
     async def _delete(self, owner: str) -> deletion.Deleted:
         script_keys, args = deletion.delete_call(owner)

@@ -17,6 +17,7 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks import client_kept as kept
 from tasks.async_client import AsyncClient
 from tasks.client_core import (
     BY_MAX,
@@ -109,7 +110,7 @@ class Client:
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
-        user = core.check_user(user)
+        user = kept.check_user(user)
         pick = self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
         new = core.new_turn(chat_id, text, now, pick, user=user)
@@ -349,7 +350,7 @@ class Client:
         default) with `model` (one of its `models`; None: its own), owned by `user` (`runs(user=...)`)."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
-        user = core.check_user(user)
+        user = kept.check_user(user)
         pick = self._pick(keys.owner("run", "-"), agent, model)
         ident = core.check_id(run_id, "run_id") if run_id is not None else None
         rec = core.new_run(goal, path, ident, time.time(), pick, user=user)
@@ -358,7 +359,7 @@ class Client:
             raise ValidationError(f"run {run_id} already exists")
         pipe = self.redis.pipeline(transaction=True)  # one slot on a cluster: the record and its index entries
         pipe.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        for index in [keys.pending(owner), *core.run_indexes(rec)]:
+        for index in [keys.pending(owner), *kept.run_indexes(rec)]:
             pipe.zadd(index, {owner: rec.created_at})
         pipe.execute()
         self._send(rec)
@@ -378,16 +379,16 @@ class Client:
     @_reaching
     def chats(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of chats, newest activity first (every user's when `user` is None); `before`: a page's `next`."""
-        return read_page(self.redis, "chat", *core.page_args("chat", user, limit, before))
+        return read_page(self.redis, "chat", *kept.page_args("chat", user, limit, before))
 
     @_reaching
     def runs(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of runs, as `chats`."""
-        return read_page(self.redis, "run", *core.page_args("run", user, limit, before))
+        return read_page(self.redis, "run", *kept.page_args("run", user, limit, before))
 
     @_reaching
     def delete(
-        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = core.DELETE_WAIT
+        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = kept.DELETE_WAIT
     ) -> dict[str, Any]:
         """Delete a chat or run: every key of it and its index entries. `Busy` while a turn or the run is queued,
         running or waiting, unless `stop`: then it is stopped and deleted once settled (waiting up to `timeout`;
@@ -398,11 +399,11 @@ class Client:
             self.redis.zadd(keys.doomed(owner), {owner: time.time()})
             deadline = time.monotonic() + timeout
             while done.busy is not None and time.monotonic() < deadline:
-                self.stop(ident, kind=core.kind_of(owner))  # the head now: turns queued behind it start, then stop
-                time.sleep(core.DELETE_POLL)
+                self.stop(ident, kind=kept.kind_of(owner))  # the head now: turns queued behind it start, then stop
+                time.sleep(kept.DELETE_POLL)
                 done = deletion.delete(self.redis, owner)
             if done.busy is not None:
-                return core.delete_stopping(ident)
+                return kept.delete_stopping(ident)
         if done.busy is not None:
-            raise core.busy_to_delete(ident, done.busy)
-        return core.delete_answer(ident, done)
+            raise kept.busy_to_delete(ident, done.busy)
+        return kept.delete_answer(ident, done)

@@ -9,6 +9,7 @@ import fakeredis
 import pytest
 
 from tasks import client_core as core
+from tasks import client_kept as kept
 from tasks.store import deletion, keys, listing
 from tasks.store.enqueue import Enqueue
 from tasks.store.records import UnitRecord
@@ -114,7 +115,7 @@ def test_deleting_a_run_removes_its_record_and_listing_entries(store, layout):
     rec = core.new_run("goal", "/tmp", "r1", 50.0, user="alice")
     rec.status = "failed"
     store.hset(keys.record(rec.owner_id, "r1"), mapping=rec.to_hash())
-    for index in core.run_indexes(rec):
+    for index in kept.run_indexes(rec):
         store.zadd(index, {rec.owner_id: 50.0})
     store.sadd(keys.runs(rec.owner_id), "r1")  # what releases before listing wrote
     assert deletion.delete(store, rec.owner_id).deleted
@@ -145,9 +146,9 @@ def test_pages_list_newest_activity_first_with_a_cursor_and_per_user(store, layo
 
 def test_a_cursor_is_checked():
     with pytest.raises(core.ValidationError):
-        core.page_args("chat", None, 10, "nonsense")
+        kept.page_args("chat", None, 10, "nonsense")
     with pytest.raises(core.ValidationError):
-        core.page_args("chat", None, 10, "12.5~run:r1")
+        kept.page_args("chat", None, 10, "12.5~run:r1")
     with pytest.raises(core.ValidationError):
-        core.page_args("chat", "has blank", 10, None)
-    assert core.page_args("chat", None, 1000, "12.5~chat:c1") == (None, 200, "12.5~chat:c1")
+        kept.page_args("chat", "has blank", 10, None)
+    assert kept.page_args("chat", None, 1000, "12.5~chat:c1") == (None, 200, "12.5~chat:c1")
