@@ -482,6 +482,7 @@ class AsyncClient:
                 done = await self._delete(owner)
             if done.busy is not None:
                 return kept.delete_stopping(ident)
+            return kept.delete_answer(ident, deletion.Deleted(deleted=True))  # by us, or by the sweep just before
         if done.busy is not None:
             raise kept.busy_to_delete(ident, done.busy)
         return kept.delete_answer(ident, done)

@@ -404,6 +404,7 @@ class Client:
                 done = deletion.delete(self.redis, owner)
             if done.busy is not None:
                 return kept.delete_stopping(ident)
+            return kept.delete_answer(ident, deletion.Deleted(deleted=True))  # by us, or by the sweep just before
         if done.busy is not None:
             raise kept.busy_to_delete(ident, done.busy)
         return kept.delete_answer(ident, done)
