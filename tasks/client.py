@@ -373,7 +373,6 @@ class Client:
             raise core.no_run(run_id)
         return run_status(rec)
 
-
     # -- what a product keeps, lists and deletes ---------------------------------------------------
 
     @_reaching
