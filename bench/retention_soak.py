@@ -26,7 +26,7 @@ def main() -> None:
     retention = sys.argv[2] if len(sys.argv) > 2 else "20"
     env = {"BATON_RETENTION": retention, "BATON_LIVE_TEXT_RETENTION": "0", "BATON_LEASE_TTL": "4"}
     with Stack("soak", handler=one_round, **env) as stack:
-        stack.worker("s1", concurrency=4)
+        worker = stack.worker("s1", concurrency=4)
         client, r = stack.client(), stack.redis()
         start = used(r)
         peak, started, done = start, time.monotonic(), 0
@@ -35,8 +35,13 @@ def main() -> None:
             batch = [client.send_message(f"s{stamp}-{done + i}", "What does invoice 2041 say?")
                      for i in range(min(IN_FLIGHT, turns - done))]
             for ref in batch:
-                if client.wait(ref, timeout=120).status != "completed":
-                    raise RuntimeError(f"turn {ref} did not complete")
+                result = client.wait(ref, timeout=120)
+                if result.status != "completed" and not worker.alive:  # killed from outside (a shared machine)
+                    print("  the worker died (signalled from outside); started again", flush=True)
+                    worker.start(timeout=60)
+                    result = client.wait(ref, timeout=120)
+                if result.status != "completed":
+                    raise RuntimeError(f"turn {ref} did not complete: {result.status}")
             done += len(batch)
             peak = max(peak, used(r))
             if done % 1000 == 0:
