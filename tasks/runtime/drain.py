@@ -142,7 +142,7 @@ def _sweep_forever(hostname: str) -> None:
                 publish_agents(client, hostname, definitions=False)
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
-                trim_live_text(client, time.time())
+                trim_live_text(client, time.time(), limit=100)  # the settled units' slimming is here too
                 for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
                     log.info("approval of %s expired: denied", tool_use_id)
                 now = time.time()

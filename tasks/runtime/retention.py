@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import redis
 
@@ -22,7 +23,11 @@ from tasks.store.replies import text_or_none
 
 log = logging.getLogger("baton.retention")
 
-BATCH = 50  # per shard and sweep: a backlog (retention turned on over a large store) drains over several sweeps
+BATCH = 50  # candidates per shard and round
+# A sweep runs rounds while they delete something, for at most this long: one worker keeps up with a steady load
+# (a soak at 30 turns/s fell behind with one round per sweep), and a backlog (retention turned on over a large
+# store) drains over several sweeps without holding the sweep's other work back.
+BUDGET_SECONDS = 0.5
 
 
 def decide(score: float, last_updated: float | None, cutoff: float) -> float | None:
@@ -40,11 +45,22 @@ def _last_updated(client: redis.Redis, owner_id: str) -> float | None:
     return float(json.loads(raw)) if raw else None
 
 
-def expire_idle(client: redis.Redis, retention: float, now: float, *, limit: int = BATCH) -> list[str]:
+def expire_idle(
+    client: redis.Redis, retention: float, now: float, *, limit: int = BATCH, budget: float = BUDGET_SECONDS
+) -> list[str]:
     """Delete what has been idle for `retention` seconds (0: nothing); returns the owners deleted."""
     if retention <= 0:
         return []
-    cutoff = now - retention
+    gone: list[str] = []
+    until = time.monotonic() + budget
+    while True:
+        deleted = _expire_round(client, now - retention, limit)
+        gone += deleted
+        if not deleted or time.monotonic() >= until:
+            return gone
+
+
+def _expire_round(client: redis.Redis, cutoff: float, limit: int) -> list[str]:
     gone: list[str] = []
     for name in (keys.CHATS_BY_LAST, keys.RUNS_BY_LAST):
         for shard, owner_id, score in indexes.due(client, name, cutoff, limit=limit):
