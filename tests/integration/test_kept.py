@@ -207,3 +207,27 @@ def test_http_lists_only_the_signed_in_users_and_deletes_as_authorized(stack, tm
     finally:
         api.stop()
 
+
+
+def test_a_settled_turn_is_slimmed_and_keeps_its_events_ids_and_result(stack):
+    """Once a settled turn's live text is trimmed, the sweep deletes the chat's settled signal, rewrites its events
+    stream at its used size and drops the record's default fields: the events (and their ids), the transcript and
+    the turn's result read exactly as before, the stream takes less memory, and a next turn (and `wait`) works."""
+    stack.fake_api.set_handler(Script([tool_call("lookup", {"key": "k"}), text("first."), text("second.")]))
+    stack.worker(BATON_LIVE_TEXT_RETENTION="0", BATON_LEASE_TTL="4")
+    c, r = stack.client(), _r(stack)
+    ref = c.send_message("slim", "look k up")
+    assert c.wait(ref, timeout=30).status == "completed"
+    owner = "chat:slim"
+    events_key, settled_key = f"baton:{{{owner}}}:events", f"baton:{{{owner}}}:settled"
+    wait_until(lambda: not r.exists(settled_key), 20, interval=0.2, what="the sweep to slim the settled turn")
+    time.sleep(0.5)
+    events, transcript, result = c.events("slim"), c.transcript("slim"), c.turn("slim", ref.turn_id)
+    assert [e.type for e in events][-1] == "turn.completed" and "text.delta" not in [e.type for e in events]
+    assert int(r.memory_usage(events_key, samples=0)) < 4096  # no 4 KB preallocated node
+    assert not r.hexists(f"baton:{{{owner}}}:rec:{ref.turn_id}", "approvals")
+    assert result.reply == "first." and result.usage.attempts == 2
+    second = c.wait(c.send_message("slim", "and again"), timeout=30)
+    assert second.reply == "second."
+    assert [e.id for e in c.events("slim")][: len(events)] == [e.id for e in events]
+    assert c.transcript("slim")[: len(transcript)] == transcript
