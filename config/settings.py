@@ -75,6 +75,8 @@ class Settings(BaseSettings):
     approval_ttl: float = Field(86400.0, gt=0, le=365 * 24 * 3600)
     # How long a settled unit's live text (its text.delta entries) stays readable before it is deleted.
     live_text_retention: float = Field(120.0, ge=0, le=7 * 24 * 3600)
+    # Seconds an idle chat or run is kept after its last activity; 0 keeps everything (tasks/runtime/retention.py).
+    retention: float = Field(0.0, ge=0)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
     # The scripted provider's cues (`module:attribute`): texts a person reads, mapped to directives.

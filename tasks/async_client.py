@@ -30,14 +30,16 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks import client_kept as kept
 from tasks.agent_picker import AsyncAgentPicker
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
+from tasks.store import deletion, keys
 from tasks.store import enqueue as enqueue_script
-from tasks.store import keys
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
 from tasks.store.async_pools import AsyncPools
+from tasks.store.listing import Page, aread_page
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
@@ -170,14 +172,16 @@ class AsyncClient:
         *,
         agent: str | None = None,
         model: str | None = None,
+        user: str | None = None,
     ) -> TurnRef:
-        """Enqueue a turn (see `Client.send_message`, `on_busy`, `agent` and `model` included)."""
+        """Enqueue a turn (see `Client.send_message`, `on_busy`, `agent`, `model` and `user` included)."""
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
+        user = kept.check_user(user)
         pick = await self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now, pick)
+        new = core.new_turn(chat_id, text, now, pick, user=user)
         owner = new.rec.owner_id
         enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:
@@ -405,19 +409,24 @@ class AsyncClient:
         *,
         agent: str | None = None,
         model: str | None = None,
+        user: str | None = None,
     ) -> RunRef:
-        """Start a coding run in `workspace` (a directory on the workers' machine), by `agent` with `model`."""
+        """Start a coding run in `workspace` (a directory on the workers' machine), by `agent` with `model`, owned
+        by `user`."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
+        user = kept.check_user(user)
         pick = await self._pick(keys.owner("run", "-"), agent, model)
         ident = core.check_id(run_id, "run_id") if run_id is not None else None
-        rec = core.new_run(goal, path, ident, time.time(), pick)
+        rec = core.new_run(goal, path, ident, time.time(), pick, user=user)
         owner, run_id = rec.owner_id, rec.unit_id
         if not await self._store.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")
-        await self._store.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        await self._store.sadd(keys.runs(owner), run_id)
-        await self._store.zadd(keys.pending(owner), {owner: rec.created_at})
+        pipe = self._store.pipeline(transaction=True)  # one slot on a cluster: the record and its index entries
+        pipe.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
+        for index in [keys.pending(owner), *kept.run_indexes(rec)]:
+            pipe.zadd(index, {owner: rec.created_at})
+        await pipe.execute()
         await self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 
@@ -428,3 +437,40 @@ class AsyncClient:
         if rec is None:
             raise core.no_run(run_id)
         return run_status(rec)
+
+    # -- what a product keeps, lists and deletes ---------------------------------------------------
+
+    @_reaching
+    async def chats(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
+        """A page of chats, newest activity first (see `Client.chats`)."""
+        return await aread_page(self._store, "chat", *kept.page_args("chat", user, limit, before))
+
+    @_reaching
+    async def runs(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
+        """A page of runs, newest activity first (see `Client.runs`)."""
+        return await aread_page(self._store, "run", *kept.page_args("run", user, limit, before))
+
+    @_reaching
+    async def delete(
+        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = kept.DELETE_WAIT
+    ) -> dict[str, Any]:
+        """Delete a chat or run (see `Client.delete`)."""
+        owner = await self._owner(ident, kind)
+        done = await self._delete(owner)
+        if done.busy is not None and stop:
+            await self._store.zadd(keys.doomed(owner), {owner: time.time()})
+            deadline = time.monotonic() + timeout
+            while done.busy is not None and time.monotonic() < deadline:
+                await self.stop(ident, kind=kept.kind_of(owner))
+                await asyncio.sleep(kept.DELETE_POLL)
+                done = await self._delete(owner)
+            if done.busy is not None:
+                return kept.delete_stopping(ident)
+            return kept.delete_answer(ident, deletion.Deleted(deleted=True))  # by us, or by the sweep just before
+        if done.busy is not None:
+            raise kept.busy_to_delete(ident, done.busy)
+        return kept.delete_answer(ident, done)
+
+    async def _delete(self, owner: str) -> deletion.Deleted:
+        script_keys, args = deletion.delete_call(owner)
+        return deletion.deleted(await self._store.eval(deletion.SCRIPT, len(script_keys), *script_keys, *args))

@@ -17,6 +17,7 @@ from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
+from tasks import client_kept as kept
 from tasks.agent_picker import AgentPicker
 from tasks.async_client import AsyncClient
 from tasks.client_core import (
@@ -30,10 +31,11 @@ from tasks.client_core import (
 )
 from tasks.publisher import Publisher
 from tasks.reach import STORE_ERRORS, Unavailable
-from tasks.store import keys
+from tasks.store import deletion, keys
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
 from tasks.store.enqueue import Enqueue
+from tasks.store.listing import Page, read_page
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
@@ -46,6 +48,7 @@ __all__ = [
     "Client",
     "NotFound",
     "OnBusy",
+    "Page",
     "Unavailable",
     "ValidationError",
 ]
@@ -93,6 +96,7 @@ class Client:
         *,
         agent: str | None = None,
         model: str | None = None,
+        user: str | None = None,
     ) -> TurnRef:
         """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead.
 
@@ -100,13 +104,15 @@ class Client:
         them; `interrupt` stops them (the notice `Interrupted by a new message.`) and runs it next; `reject`
         enqueues nothing and raises `Busy` naming the chat's current turn. `agent` switches the chat to that
         agent from this turn on (None: the chat's, else the fleet's default); `model` is one of its `models`.
+        `user`: whose message it is; a chat belongs to the user its first message named (`chats(user=...)`).
         """
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
+        user = kept.check_user(user)
         pick = self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now, pick)
+        new = core.new_turn(chat_id, text, now, pick, user=user)
         owner, turn_id = new.rec.owner_id, new.rec.unit_id
         enqueued = self._enqueue(self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
@@ -321,20 +327,24 @@ class Client:
         *,
         agent: str | None = None,
         model: str | None = None,
+        user: str | None = None,
     ) -> RunRef:
         """Start a coding run in `workspace` (a directory on the workers' machine), by `agent` (None: the fleet's
-        default) with `model` (one of its `models`; None: its own)."""
+        default) with `model` (one of its `models`; None: its own), owned by `user` (`runs(user=...)`)."""
         core.check_text(goal, self.settings.max_text_chars)
         path = core.check_workspace(workspace)
+        user = kept.check_user(user)
         pick = self._pick(keys.owner("run", "-"), agent, model)
         ident = core.check_id(run_id, "run_id") if run_id is not None else None
-        rec = core.new_run(goal, path, ident, time.time(), pick)
+        rec = core.new_run(goal, path, ident, time.time(), pick, user=user)
         owner, run_id = rec.owner_id, rec.unit_id
         if not self.redis.hsetnx(keys.record(owner, run_id), "kind", '"run"'):
             raise ValidationError(f"run {run_id} already exists")
-        self.redis.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
-        self.redis.sadd(keys.runs(owner), run_id)
-        self.redis.zadd(keys.pending(owner), {owner: rec.created_at})
+        pipe = self.redis.pipeline(transaction=True)  # one slot on a cluster: the record and its index entries
+        pipe.hset(keys.record(owner, run_id), mapping=hash_mapping(rec.to_hash()))
+        for index in [keys.pending(owner), *kept.run_indexes(rec)]:
+            pipe.zadd(index, {owner: rec.created_at})
+        pipe.execute()
         self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 
@@ -346,3 +356,37 @@ class Client:
             raise core.no_run(run_id)
         return run_status(rec)
 
+    # -- what a product keeps, lists and deletes ---------------------------------------------------
+
+    @_reaching
+    def chats(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
+        """A page of chats, newest activity first (every user's when `user` is None); `before`: a page's `next`."""
+        return read_page(self.redis, "chat", *kept.page_args("chat", user, limit, before))
+
+    @_reaching
+    def runs(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
+        """A page of runs, as `chats`."""
+        return read_page(self.redis, "run", *kept.page_args("run", user, limit, before))
+
+    @_reaching
+    def delete(
+        self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = kept.DELETE_WAIT
+    ) -> dict[str, Any]:
+        """Delete a chat or run: every key of it and its index entries. `Busy` while a turn or the run is queued,
+        running or waiting, unless `stop`: then it is stopped and deleted once settled (waiting up to `timeout`;
+        past it `{"deleted": false, "stopping": true}` and the sweep deletes it when it has settled)."""
+        owner = self._owner(ident, kind)
+        done = deletion.delete(self.redis, owner)
+        if done.busy is not None and stop:
+            self.redis.zadd(keys.doomed(owner), {owner: time.time()})
+            deadline = time.monotonic() + timeout
+            while done.busy is not None and time.monotonic() < deadline:
+                self.stop(ident, kind=kept.kind_of(owner))  # the head now: turns queued behind it start, then stop
+                time.sleep(kept.DELETE_POLL)
+                done = deletion.delete(self.redis, owner)
+            if done.busy is not None:
+                return kept.delete_stopping(ident)
+            return kept.delete_answer(ident, deletion.Deleted(deleted=True))  # by us, or by the sweep just before
+        if done.busy is not None:
+            raise kept.busy_to_delete(ident, done.busy)
+        return kept.delete_answer(ident, done)

@@ -167,14 +167,16 @@ class NewTurn:
         return TurnRef(chat_id=self.rec.owner_id.partition(":")[2], turn_id=self.rec.unit_id, task_id=self.rec.task_id)
 
 
-def new_turn(chat_id: str, text_: str, now: float, pick: AgentPick | None = None) -> NewTurn:
+def new_turn(
+    chat_id: str, text_: str, now: float, pick: AgentPick | None = None, *, user: str | None = None
+) -> NewTurn:
     """A new turn of `chat_id` (ids drawn here), as `pick` chose its agent and model."""
     owner = keys.owner("chat", chat_id)
     turn_id = f"t-{uuid.uuid4().hex[:16]}"
     pick = pick or AgentPick()
     rec = UnitRecord(
         kind="turn", owner_id=owner, unit_id=turn_id, text=text_, task_id=str(uuid.uuid4()), created_at=now,
-        updated_at=now, agent=pick.agent, model=pick.model, queue=pick.queue,
+        updated_at=now, agent=pick.agent, model=pick.model, queue=pick.queue, user=user,
     )
     return NewTurn(rec, rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now))
 
@@ -184,7 +186,9 @@ def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:16]}"
 
 
-def new_run(goal: str, workspace: str, run_id: str | None, now: float, pick: AgentPick | None = None) -> UnitRecord:
+def new_run(
+    goal: str, workspace: str, run_id: str | None, now: float, pick: AgentPick | None = None, *, user: str | None = None
+) -> UnitRecord:
     """A new run's record (`run_id` drawn when None); `workspace` is the resolved directory."""
     run_id = run_id or new_run_id()
     pick = pick or AgentPick()
@@ -200,6 +204,7 @@ def new_run(goal: str, workspace: str, run_id: str | None, now: float, pick: Age
         agent=pick.agent,
         model=pick.model,
         queue=pick.queue,
+        user=user,
     )
 
 

@@ -76,6 +76,12 @@ async def authorize_or_hide(request: Request, kind: Kind, ident: str, hidden: No
         raise hidden
 
 
+async def allows(request: Request, kind: Kind, ident: str) -> bool:
+    """Whether the app's `authorize` (if any) allows `ident`, for routes that answer a refusal otherwise than 404."""
+    authorize: Authorize | None = request.app.state.authorize
+    return authorize is None or await call(authorize, request, kind, ident) is True
+
+
 async def authorized(request: Request) -> None:
     """The dependency on every /api route (after the token's): a malformed id is a 422 first (it names
     nothing, and says so whoever asks), then a chat or run the app does not authorize is its route's unknown-id 404."""

@@ -28,7 +28,16 @@ from starlette.types import ASGIApp
 from config.settings import Settings, load_settings
 from tasks.client import AsyncClient
 from tasks.reach import STORE_ERRORS
-from web import access, errors, routes_approvals, routes_chats, routes_runs, routes_uichat, routes_uihistory
+from web import (
+    access,
+    errors,
+    routes_approvals,
+    routes_chats,
+    routes_kept,
+    routes_runs,
+    routes_uichat,
+    routes_uihistory,
+)
 from web.auth import require_token
 from web.hosts import LoopbackHostOnly
 
@@ -82,8 +91,8 @@ def create_app(
 
     # In this order: FastAPI solves a route's dependencies in order, and a refusal must not answer before the token.
     api = [Depends(require_token), Depends(access.authorized)]
-    for router in (routes_chats.router, routes_runs.router, routes_approvals.router, routes_uichat.router,
-                   routes_uihistory.router):  # fmt: skip
+    routers = (routes_kept, routes_chats, routes_runs, routes_approvals, routes_uichat, routes_uihistory)
+    for router in (module.router for module in routers):
         app.include_router(router, dependencies=api)
     # Last: any other /api path is a 404, but only for a caller with the token (the rule covers every /api request).
     app.add_api_route(

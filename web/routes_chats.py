@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
 from tasks.store import keys
-from web import deps
+from web import access, deps
 from web.bodies import MessageIn
 from web.ids import check_id
 from web.stream import stream_response
@@ -21,10 +21,11 @@ router = APIRouter(prefix="/api/chats")
 
 
 @router.post("/{chat_id}/messages", status_code=202)
-async def send_message(chat_id: str, body: MessageIn, client: deps.ClientDep) -> dict[str, Any]:
-    """Enqueue a turn; answers as `baton send --json`."""
+async def send_message(chat_id: str, body: MessageIn, request: Request, client: deps.ClientDep) -> dict[str, Any]:
+    """Enqueue a turn; answers as `baton send --json`. Behind `create_app(user=...)` it is `user(request)`'s."""
     ref = await client.send_message(
-        check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy, agent=body.agent, model=body.model  # type: ignore[arg-type]
+        check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy, agent=body.agent, model=body.model,  # type: ignore[arg-type]
+        user=await access.who(request, None),
     )
     return (await client.turn(ref.chat_id, ref.turn_id)).model_dump(mode="json")
 

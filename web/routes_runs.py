@@ -29,7 +29,10 @@ async def start_run(body: RunIn, request: Request, client: deps.ClientDep) -> di
     note whose it is."""
     run_id = check_id(body.run_id, "run_id") if body.run_id is not None else core.new_run_id()
     await access.authorize_or_hide(request, "run", run_id, core.no_run(run_id))
-    ref = await client.start_run(body.goal, body.workspace, run_id=run_id, agent=body.agent, model=body.model)
+    ref = await client.start_run(
+        body.goal, body.workspace, run_id=run_id, agent=body.agent, model=body.model,
+        user=await access.who(request, None),
+    )
     return {"run_id": ref.run_id, "task_id": ref.task_id}
 
 

@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="one of the agent's models (default: its own)")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--user", help="whose message it is (a chat belongs to its first message's user)")
     p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
     p.add_argument("id")
     p.add_argument("--wait", action="store_true")
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="one of the agent's models (default: its own)")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=3600.0)
+    p.add_argument("--user", help="whose run it is")
     p = cmd("status", "a run's status")
     p.add_argument("run_id")
     p = cmd("stop", "stop a chat's running turn or a run")
@@ -76,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("tool_use_id")
     p.add_argument("--reason")
     p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
+    for kind in ("chats", "runs"):
+        p = cmd(kind, f"list {kind}, newest activity first (one page; --before NEXT for the next)")
+        p.add_argument("--user", help="only this user's")
+        p.add_argument("--limit", type=int, default=50)
+        p.add_argument("--before", help="the next of the previous page")
+    p = cmd("delete", "delete a chat or run: every key of it (refused while busy, unless --stop)")
+    p.add_argument("id")
+    p.add_argument("--stop", action="store_true", help="stop it first, and delete it once it has settled")
     cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
     p = cmd(
         "tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)"
@@ -167,11 +177,21 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None
 
 
 def _dispatch(client: Any, args: argparse.Namespace) -> int:
-    from tasks.cli.views import render_agents, render_message, render_turn, run_exit, turn_exit
+    from tasks.cli.views import (
+        render_agents,
+        render_deleted,
+        render_message,
+        render_page,
+        render_turn,
+        run_exit,
+        turn_exit,
+    )
 
     if args.command in ("send", "retry"):
         if args.command == "send":
-            ref = client.send_message(args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model)
+            ref = client.send_message(
+                args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user
+            )
         else:
             ref = client.retry(args.id)
         if hasattr(ref, "run_id"):
@@ -186,7 +206,9 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         _emit(args, result.model_dump(), render_turn(result))
         return turn_exit(result, args.wait)
     if args.command == "run":
-        ref = client.start_run(args.goal, args.workspace, run_id=args.run_id, agent=args.agent, model=args.model)
+        ref = client.start_run(
+            args.goal, args.workspace, run_id=args.run_id, agent=args.agent, model=args.model, user=args.user
+        )
         status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
         _emit(
             args,
@@ -194,6 +216,14 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
             f"run {status.run_id}: {status.status}" + (f"\n{status.reply}" if status.reply else ""),
         )
         return run_exit(status, args.wait)
+    if args.command in ("chats", "runs"):
+        page = getattr(client, args.command)(user=args.user, limit=args.limit, before=args.before)
+        _emit(args, page.public(), render_page(page))
+        return 0
+    if args.command == "delete":
+        out = client.delete(args.id, stop=args.stop)
+        _emit(args, out, render_deleted(out))
+        return 0
     if args.command == "agents":
         listed = client.agents()
         _emit(args, listed, render_agents(listed))

@@ -98,3 +98,20 @@ def render_agents(listed: dict[str, Any]) -> str:
         for w in a.get("workers") or []:
             lines.append(f"  worker {w['hostname']}: version {w['version']}")
     return "\n".join(lines)
+
+
+def render_page(page: Any) -> str:
+    """A listing page, one chat or run a line (newest activity first), and how to get the next page."""
+    lines = [
+        f"{item['id']:<24} {item['status']:<9} {item['turns']:>4}  {item['user'] or '-':<16} {item['title']}"
+        for item in page.items
+    ]
+    if page.next:
+        lines.append(f"(more: --before {page.next})")
+    return "\n".join(lines) or "(none)"
+
+
+def render_deleted(out: dict[str, Any]) -> str:
+    if out["deleted"]:
+        return f"{out['id']}: deleted"
+    return f"{out['id']}: " + ("stopping; deleted once it has settled" if out.get("stopping") else "nothing to delete")

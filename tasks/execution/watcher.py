@@ -150,7 +150,9 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
         watcher.queue_renewal(pipe)
     beats = active_marks(renew, time.time())
     for key, marks in beats.items():
-        pipe.zadd(key, marks)  # alive, for the lost-worker sweep
+        # Alive, for the lost-worker sweep. XX: only refresh the mark the fenced start wrote, so a beat racing the
+        # unit's deletion (store/deletion.py) cannot put a deleted unit back in the index.
+        pipe.zadd(key, marks, xx=True)
     stop_keys = [keys.stop(w.owner_id) for w in watchers]
     if keys.clustered():
         for key in stop_keys:  # a cluster's MGET takes the keys of one slot only

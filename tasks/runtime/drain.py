@@ -36,6 +36,7 @@ from tasks.runtime.approval_expiry import expire_approvals
 from tasks.runtime.gevent_compat import call_off_the_hub
 from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.outage import Outage
+from tasks.runtime.retention import delete_doomed, expire_idle
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
 from tasks.store import agents as published_agents
 from tasks.store import connect, keys
@@ -140,9 +141,12 @@ def _sweep_forever(hostname: str) -> None:
                 publish_agents(client, hostname, definitions=False)
                 for owner_id in sweep_once(client, app, settings):
                     log.warning("recovered %s: its worker was lost; requeued", owner_id)
-                trim_live_text(client, time.time())
+                trim_live_text(client, time.time(), limit=100)  # the settled units' slimming is here too
                 for tool_use_id in expire_approvals(client, time.time(), lambda rec: publish(app, settings, rec)):
                     log.info("approval of %s expired: denied", tool_use_id)
+                now = time.time()
+                for owner_id in [*delete_doomed(client, now), *expire_idle(client, settings.retention, now)]:
+                    log.info("deleted %s (BATON_RETENTION, or a delete with stop=True that has settled)", owner_id)
         if cleared and client is not None and store.since is None and time.monotonic() >= next_lost_check:
             next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
             with _telling(lost_messages):  # on RabbitMQ (broker None): only forgets finished owners

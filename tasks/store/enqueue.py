@@ -16,15 +16,17 @@ from typing import Any, Literal
 import redis
 
 from tasks.store import keys
+from tasks.store.deletion import user_parts
 from tasks.store.records import TERMINAL
 from tasks.store.replies import text
 
 OnBusy = Literal["enqueue", "interrupt", "reject"]
 
-# KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key.
+# KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key, the chats' listing index.
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
-# the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, then
-# the new record's fields and values.
+# the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, the
+# person's listing index key before and after its user's name (`deletion.user_parts`), then the new record's fields
+# and values.
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
 # the id of a parked head woken to stop ('' for none), and the chat's agent and queue (JSON) when the turn took
 # them (else false)}.
@@ -48,7 +50,7 @@ if last then
   if status == '"failed"' and ARGV[6] == '1' then return {'failed', last} end
 end
 local fields = {}
-for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
 -- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default),
 -- written after the caller's (a field named twice in one HSET takes its last value).
 local agent, agent_queue = false, false
@@ -72,6 +74,12 @@ if finished(status) then
 end
 redis.call('XADD', KEYS[4], '*', 'e', ARGV[5])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[2])
+-- The message is the chat's latest activity: its place in the listing, for everyone and for its person (the user
+-- its first message named: a chat is theirs from then on).
+redis.call('ZADD', KEYS[8], ARGV[4], ARGV[2])
+local first = redis.call('LINDEX', KEYS[1], 0)
+local user = redis.call('HGET', ARGV[1] .. first, 'user')
+if user and user ~= 'null' then redis.call('ZADD', ARGV[10] .. cjson.decode(user) .. ARGV[11], ARGV[4], ARGV[2]) end
 local woken = ''
 if mode == 'interrupt' and #busy > 0 then
   -- Every unfinished turn ahead stops as a user stop does, with the interrupt's notice: the running one by the
@@ -135,6 +143,7 @@ def enqueue_call(
             keys.pending(owner_id),
             keys.record(owner_id, turn_id),
             keys.stop(owner_id),
+            keys.by_last(owner_id),
         ],
         args=[
             keys.record(owner_id, ""),
@@ -146,6 +155,7 @@ def enqueue_call(
             _TERMINAL_JSON,
             on_busy,
             "1" if record.get("agent", "null") == "null" else "0",
+            *user_parts(owner_id),
             *fields,
         ],
     )

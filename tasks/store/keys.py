@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Literal, TypeVar
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
@@ -26,7 +28,11 @@ ID_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # \Z: `$` woul
 
 ACTIVE = f"{PREFIX}:active"  # sorted set: owner -> last heartbeat (unix s); swept for lost workers
 PENDING = f"{PREFIX}:pending"  # sorted set: owner with unfinished work -> last enqueued/checked; lost-message sweep
-RUNS = f"{PREFIX}:runs"  # set of run ids, for listing
+RUNS = f"{PREFIX}:runs"  # set of run ids: written by releases before listing (tasks/store/listing.py); only removed now
+# Listing and retention (tasks/store/listing.py): sorted sets, owner -> last activity (unix s), newest first.
+CHATS_BY_LAST = f"{PREFIX}:chats:last"
+RUNS_BY_LAST = f"{PREFIX}:runs:last"
+DOOMED = f"{PREFIX}:doomed"  # sorted set: owner deleted with stop=True -> when asked; the sweep deletes it once settled
 APPROVAL_DUE = f"{PREFIX}:approvals:due"  # sorted set: [owner, unit, tool_use_id] -> when it expires (unix s)
 DELTA_TRIM = f"{PREFIX}:deltas:trim"  # sorted set: [owner, unit, since ms] -> when its live text is deleted
 SCRIPTED_COUNTS = f"{PREFIX}:scripted"  # hash: the scripted provider's fault counters
@@ -39,7 +45,7 @@ AGENT_DEFS = f"{PREFIX}:agents:defs"  # hash: version -> the resolved definition
 # Fixed for the life of a store: another count moves every unit's keys. 64 keeps a cluster of up to 64 masters
 # balanced (one shard's slot is the smallest piece a master can hold), and a sweep's visit 5 x 64 cheap reads.
 SHARDS = 64
-INDEXES = (ACTIVE, PENDING, RUNS, APPROVAL_DUE, DELTA_TRIM)
+INDEXES = (ACTIVE, PENDING, RUNS, APPROVAL_DUE, DELTA_TRIM, CHATS_BY_LAST, RUNS_BY_LAST, DOOMED)
 _cluster = [False]
 
 
@@ -102,9 +108,51 @@ def delta_trim(owner_id: str) -> str:
     return index_key(DELTA_TRIM, owner_id)
 
 
+def by_last(owner_id: str) -> str:
+    """The listing index (owner -> last activity) of the owner's kind, on its shard."""
+    return index_key(CHATS_BY_LAST if owner_id.startswith("chat:") else RUNS_BY_LAST, owner_id)
+
+
+def doomed(owner_id: str) -> str:
+    return index_key(DOOMED, owner_id)
+
+
+def _user_index(kind: str, user: str) -> str:
+    return f"{PREFIX}:user:{user}:{kind}s"
+
+
+def user_index(user: str, owner_id: str) -> str:
+    """One person's listing index of the owner's kind (owner -> last activity). On a cluster it is sharded like
+    the global ones, by the owner: the entry then shares the unit's slot and is written in the unit's own script."""
+    name = _user_index(owner_id.partition(":")[0], user)
+    return _sharded(name, shard(owner_id)) if _cluster[0] else name
+
+
+def user_shards(kind: str, user: str) -> list[str]:
+    """Every key of one person's listing index of `kind` ("chat" or "run"): what a listing reads."""
+    return shards(_user_index(kind, user))
+
+
 def owner(kind: str, ident: str) -> str:
     """`chat:ID` or `run:ID`: the unit that owns a transcript, events and a lease."""
     return f"{kind}:{ident}"
+
+
+# Every key of one chat or run is built by a function below registered here, with what it is keyed by beyond the
+# owner: nothing ("owner"), a unit id (a turn's or the run's: "unit"), or a unit id and a generation ("generation").
+# Deleting a unit (tasks/store/deletion.py) enumerates this registry, and a unit test fails for a function of this
+# module that builds a key under `base` without being registered: a new key kind cannot escape deletion.
+Scope = Literal["owner", "unit", "generation"]
+UNIT_KEYS: dict[str, tuple[Scope, Callable[..., str]]] = {}
+F = TypeVar("F", bound=Callable[..., str])
+
+
+def unit_key(scope: Scope) -> Callable[[F], F]:
+    def register(fn: F) -> F:
+        UNIT_KEYS[fn.__name__] = (scope, fn)
+        return fn
+
+    return register
 
 
 def base(owner_id: str) -> str:
@@ -113,60 +161,73 @@ def base(owner_id: str) -> str:
     return f"{PREFIX}:{{{owner_id}}}"
 
 
+@unit_key("owner")
 def settled(owner_id: str) -> str:
     """Stream: one entry per unit of this owner that ended or parked for approval (`tasks/store/settled.py`)."""
     return f"{base(owner_id)}:settled"
 
 
+@unit_key("owner")
 def transcript(owner_id: str) -> str:
     return f"{base(owner_id)}:transcript"
 
 
+@unit_key("owner")
 def events(owner_id: str) -> str:
     return f"{base(owner_id)}:events"
 
 
+@unit_key("unit")
 def record(owner_id: str, unit_id: str) -> str:
     """A chat turn's record (unit = turn id) or a run's record (unit = run id)."""
     return f"{base(owner_id)}:rec:{unit_id}"
 
 
+@unit_key("owner")
 def queue(owner_id: str) -> str:
     """A chat's FIFO of turn ids not yet finished: one turn runs at a time, in order."""
     return f"{base(owner_id)}:queue"
 
 
+@unit_key("owner")
 def turns(owner_id: str) -> str:
     """A chat's turn ids in the order they were sent."""
     return f"{base(owner_id)}:turns"
 
 
+@unit_key("owner")
 def lease(owner_id: str) -> str:
     return f"{base(owner_id)}:lease"
 
 
+@unit_key("generation")
 def journal(owner_id: str, unit_id: str, generation: int) -> str:
     return f"{base(owner_id)}:journal:{unit_id}:{generation}"
 
 
+@unit_key("generation")
 def live(owner_id: str, unit_id: str, generation: int) -> str:
     """Hash: message id -> the attempts of that step that streamed text, and those discarded since."""
     return f"{base(owner_id)}:live:{unit_id}:{generation}"
 
 
+@unit_key("unit")
 def approvals(owner_id: str, unit_id: str) -> str:
     """Hash: tool_use_id -> the decision on a call that waited for approval (written once, never changed)."""
     return f"{base(owner_id)}:approvals:{unit_id}"
 
 
+@unit_key("owner")
 def round_slot(owner_id: str) -> str:
     return f"{base(owner_id)}:round"
 
 
+@unit_key("owner")
 def stop(owner_id: str) -> str:
     return f"{base(owner_id)}:stop"
 
 
+@unit_key("owner")
 def recover(owner_id: str) -> str:
     """A short lock so two sweepers never requeue the same lost unit twice."""
     return f"{base(owner_id)}:recover"

@@ -51,6 +51,7 @@ class UnitRecord(BaseModel):
     unit_id: str
     status: Status = "queued"
     text: str = ""  # the user's message, or the run's goal
+    user: str | None = None  # who sent it or started the run; a chat is its first turn's user's (store/listing.py)
     workspace: str | None = None
     # The agent it runs: named at enqueue (None: the chat's, else the fleet's default), resolved when it starts
     # (name, version and model written then, and kept: agent/agents/resolved.py). `queue`: where its messages go.

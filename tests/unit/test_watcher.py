@@ -28,17 +28,29 @@ def _watcher(r, ttl: float = 15.0):
     return watching.Watcher(r, lease, owner_id=OWNER, unit_id="t1", hostname="w@h", cancel=cancel), cancel
 
 
+def test_a_beat_never_marks_a_unit_the_start_did_not(clock):
+    """A beat refreshes the ACTIVE mark the fenced start wrote (XX): one racing the unit's deletion, which removed
+    the mark, does not put the deleted unit back in the index."""
+    r = fakeredis.FakeRedis()
+    watcher, _ = _watcher(r)
+    r.pexpire(keys.lease(OWNER), 9000)
+    clock[0] += 5.0
+    watcher.tick()
+    assert r.zscore(keys.ACTIVE, OWNER) is None
+
+
 def test_polls_between_renewals_only_read_the_flags(clock):
     """Until a third of the TTL has passed, a beat renews nothing and marks nothing; then it does both."""
     r = fakeredis.FakeRedis()
     watcher, cancel = _watcher(r)
+    r.zadd(keys.ACTIVE, {OWNER: 1.0})  # the mark the fenced start writes; beats only refresh it
     r.pexpire(keys.lease(OWNER), 9000)  # as if 6 s of the 15 s lease had gone by
     clock[0] += 4.0
     watcher.tick()
-    assert r.pttl(keys.lease(OWNER)) <= 9000 and r.zscore(keys.ACTIVE, OWNER) is None
+    assert r.pttl(keys.lease(OWNER)) <= 9000 and r.zscore(keys.ACTIVE, OWNER) == 1.0
     clock[0] += 1.0
     watcher.tick()
-    assert r.pttl(keys.lease(OWNER)) > 14000 and r.zscore(keys.ACTIVE, OWNER) is not None
+    assert r.pttl(keys.lease(OWNER)) > 14000 and r.zscore(keys.ACTIVE, OWNER) > 1.0
     assert not cancel.is_set()
 
 
@@ -128,10 +140,11 @@ def test_a_beat_renews_only_the_leases_due_and_a_drain_cancels_the_drained_worke
     late, late_cancel = _unit(r, 2, hostname="other@h")
     for w in (early, late):
         r.pexpire(keys.lease(w.owner_id), 9000)
+        r.zadd(keys.ACTIVE, {w.owner_id: 1.0})  # the mark the fenced start writes; beats only refresh it
     clock[0] += 2.0  # early is 5 s old (due at a third of 15 s), late 2 s
     watching.beat(r, [early, late])
-    assert r.pttl(keys.lease(early.owner_id)) > 14000 and r.zscore(keys.ACTIVE, early.owner_id) is not None
-    assert r.pttl(keys.lease(late.owner_id)) <= 9000 and r.zscore(keys.ACTIVE, late.owner_id) is None
+    assert r.pttl(keys.lease(early.owner_id)) > 14000 and r.zscore(keys.ACTIVE, early.owner_id) > 1.0
+    assert r.pttl(keys.lease(late.owner_id)) <= 9000 and r.zscore(keys.ACTIVE, late.owner_id) == 1.0
     r.set(keys.drain("w@h"), "1")
     watching.beat(r, [early, late])
     assert early_cancel.reason == "drain" and not late_cancel.is_set()

@@ -4,12 +4,14 @@
 //                double text: read its header)
 //   view.js      the chat column, rendered from that state
 //   timeline.js  the timeline of every event beside the chat
+//   chats.js     the list of the chats this page may see
 //   app.js       this file: where we are (URL), the HTTP API, the live stream, the buttons
 
 import { DELTA, EVENT_TYPES, PageState, TERMINAL } from "./state.js";
 import { ChatView } from "./view.js";
 import { Timeline } from "./timeline.js";
 import { byId } from "./dom.js";
+import { loadChats } from "./chats.js";
 
 // ------------------------------------------------------------------ where we are
 
@@ -234,6 +236,7 @@ async function send(text) {
     state.addPending(turn.turn_id, text);
     byId("composer-input").value = "";
     render();
+    loadChats(api, root, chatId, token); // a new chat joins the list, and this one moves to the top
   } catch (err) {
     showError(err.status === 401 ? NEEDS_TOKEN : err.message);
   } finally {
@@ -302,6 +305,7 @@ function start() {
   render();
   refreshTranscript();
   if (isRun) refreshRun();
+  loadChats(api, root, chatId, token);
   connect(null);
 }
 
