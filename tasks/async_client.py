@@ -17,153 +17,46 @@ its size bounds the broker connections a burst of sends opens.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
 from agent.events import Event
 from agent.history.rounds import same_text
 from agent.messages import Message
-from config.settings import Settings, load_settings
 from tasks import client_core as core
 from tasks import client_kept as kept
-from tasks.agent_picker import AsyncAgentPicker
+from tasks.async_approvals import AsyncApprovals
+from tasks.async_base import reaching
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
-from tasks.publisher import BROKER_DOWN, Publisher
-from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
+from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
 from tasks.store import enqueue as enqueue_script
-from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
-from tasks.store.async_pools import AsyncPools
 from tasks.store.listing import Page, aread_page
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
-from tasks.store.replies import hash_mapping, read_entries, stream_entries, text, text_or_none
-from tasks.store.settled_watch import OwnReads, SettledWatch
+from tasks.store.replies import hash_mapping, read_entries, stream_entries
 from tasks.store.tail import tail
-from tasks.store.withdrawal import WITHDRAW, withdraw_call
 from tasks.store.xread import axread
 
 __all__ = ["AsyncClient"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 PUBLISH_THREADS = 4  # broker connections a burst of sends may hold at once (Celery's producer pool hands them out)
 
 
-def _reaching(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """The store's connection errors leave a public coroutine as `Unavailable`, naming the store."""
-
-    @functools.wraps(method)
-    async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            await cast(AsyncClient, args[0]).learn_slots()
-            return await method(*args, **kwargs)
-        except STORE_ERRORS as err:
-            client = args[0]
-            assert isinstance(client, AsyncClient)
-            raise Unavailable("store", client.settings, err) from err
-
-    return guarded
-
-
-class AsyncClient:
+class AsyncClient(AsyncApprovals):
     """The asyncio client: `await ac.send_message(...)`, `await ac.wait(ref)`, `async for e in ac.stream(id)`.
 
     Made outside a loop or in one; it connects lazily, inside the loop that first uses it. `await ac.aclose()`
-    (or `async with AsyncClient() as ac`) releases its connections and threads.
+    (or `async with AsyncClient() as ac`) releases its connections and threads. Its plumbing is
+    `tasks/async_base.py`'s, its approvals `tasks/async_approvals.py`'s.
     """
-
-    def __init__(
-        self, settings: Settings | None = None, *, max_connections: int | None = None, client_name: str | None = None
-    ) -> None:
-        """`max_connections`: the size of the pool for blocking reads (default `BATON_API_REDIS_CONNECTIONS`):
-        every open `stream` and `follow` holds one connection while it blocks, and all `wait`s together hold one
-        (`tasks.store.settled_watch`); other commands share a small pool (`tasks.store.async_pools`)."""
-        self.settings = settings or load_settings()
-        self._pools = AsyncPools(
-            self.settings, max_connections=max_connections or self.settings.api_redis_connections,
-            client_name=client_name,
-        )
-        self.redis, self._store = self._pools.reads, self._pools.commands
-        self.learn_slots = self._pools.learn_slots  # on a Redis Cluster: the slots learnt before the first command
-        self._publisher = Publisher(self.settings)
-        self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="baton-publish")
-        self._threads.submit(self._publisher.warm, PUBLISH_THREADS)  # see Publisher.warm: not on a burst's time
-        self._enqueue = self._store.register_script(enqueue_script.SCRIPT)
-        self._agents = AsyncAgentPicker(self._store, self.settings.agent_wait)
-        watch = OwnReads if keys.clustered() else SettledWatch
-        self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
-
-    async def aclose(self) -> None:
-        await self._settled.aclose()
-        await self._pools.aclose()
-        self._threads.shutdown(wait=False)
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.aclose()
-
-    # -- the store, one read each ----------------------------------------------------------------
-
-    async def _record(self, owner: str, unit: str) -> UnitRecord | None:
-        return UnitRecord.from_hash(await self._store.hgetall(keys.record(owner, unit)))
-
-    async def _head_record(self, owner: str) -> UnitRecord | None:
-        """The chat's oldest unfinished turn (`tasks.store.reads.chat_head_record`)."""
-        while True:
-            head = await self._store.lindex(keys.queue(owner), 0)
-            if head is None:
-                return None
-            rec = await self._record(owner, text(head))
-            if rec is not None and not rec.terminal:
-                return rec
-            await self._store.lrem(keys.queue(owner), 1, text(head))
-
-    async def _last_turn(self, owner: str) -> UnitRecord | None:
-        last = await self._store.lindex(keys.turns(owner), -1)
-        return await self._record(owner, text(last)) if last else None
-
-    async def _owner(self, ident: str, kind: Kind | None = None) -> str:
-        core.check_id(ident, "id")
-        exists = None
-        if kind is None:
-            exists = bool(await self._store.exists(keys.record(keys.owner("run", ident), ident)))
-        return core.owner_of(ident, kind, exists)
-
-    # -- the broker ------------------------------------------------------------------------------
-
-    async def _send(self, rec: UnitRecord, task_id: str | None = None) -> None:
-        """`Publisher.send` with its publish on this client's threads (see the module) and its store I/O here."""
-        task_id = task_id or rec.task_id
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._threads, self._publisher.publish, rec, task_id)
-        except BROKER_ERRORS as err:
-            script_keys, args = withdraw_call(rec, task_id, BROKER_DOWN, time.time())
-            withdrawn = bool(await self._store.eval(WITHDRAW, len(script_keys), *script_keys, *args))
-            if withdrawn and rec.kind == "turn":
-                await self._start_next(rec.owner_id)
-            raise self._publisher.unavailable(rec, err, withdrawn=withdrawn) from err
-
-    async def _start_next(self, owner: str) -> None:
-        nxt = await self._head_record(owner)
-        if nxt is None or nxt.status != "queued":
-            return
-        # Best effort, as `Publisher._start_next`: the broker was just found unreachable.
-        with contextlib.suppress(*BROKER_ERRORS):
-            await asyncio.get_running_loop().run_in_executor(self._threads, self._publisher.publish, nxt, nxt.task_id)
 
     # -- chat turns ------------------------------------------------------------------------------
 
-    @_reaching
+    @reaching
     async def send_message(
         self,
         chat_id: str,
@@ -201,7 +94,7 @@ class AsyncClient:
             await self._send(new.rec)
         return new.ref
 
-    @_reaching
+    @reaching
     async def agents(self) -> dict[str, Any]:
         """The agents the workers serve now (see `Client.agents`)."""
         return core.agents_answer(await self._agents.listed(fresh=True))
@@ -233,7 +126,7 @@ class AsyncClient:
         await self._store.hset(keys.record(rec.owner_id, rec.unit_id), mapping=fields)
         await self._store.zadd(keys.pending(rec.owner_id), {rec.owner_id: now})
 
-    @_reaching
+    @reaching
     async def turn(self, chat_id: str, turn_id: str) -> TurnResult:
         """The turn's result now, without waiting."""
         owner = keys.owner("chat", core.check_id(chat_id, "chat_id"))
@@ -242,7 +135,7 @@ class AsyncClient:
             raise core.no_turn(chat_id, turn_id)
         return turn_result(rec)
 
-    @_reaching
+    @reaching
     async def wait(self, ref: TurnRef | RunRef, timeout: float = 60) -> Any:
         """Until the turn or run ends or waits for an approval (awaiting its owner's settled signal, not polling),
         or the timeout passes; the loop runs other work meanwhile."""
@@ -270,7 +163,7 @@ class AsyncClient:
 
     # -- either kind -----------------------------------------------------------------------------
 
-    @_reaching
+    @reaching
     async def retry(self, ident: str, *, kind: Kind | None = None) -> TurnRef | RunRef:
         """Re-run a chat's last failed turn or a failed run; resumes from a stored round if one is live."""
         owner = await self._owner(ident, kind)
@@ -291,7 +184,7 @@ class AsyncClient:
         assert last is not None
         return await self._retry_turn(last)
 
-    @_reaching
+    @reaching
     async def stop(self, ident: str, *, kind: Kind | None = None) -> dict[str, Any]:
         """Ask the running (or queued) turn or run to stop; says so when there is nothing to stop."""
         owner = await self._owner(ident, kind)
@@ -310,19 +203,19 @@ class AsyncClient:
                 await self._send(rec)  # a parked unit holds no worker to see the flag: it is started to stop
         return core.stop_requested(ident, rec)
 
-    @_reaching
+    @reaching
     async def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""
         owner = await self._owner(ident, kind)
         return parse_transcript(await self._store.lrange(keys.transcript(owner), 0, -1))
 
-    @_reaching
+    @reaching
     async def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:
         """The chat's or run's events after `after` (exclusive), in order; live text is left out."""
         key = keys.events(await self._owner(ident, kind))
         return core.events_of(stream_entries(await self._store.xrange(key, f"({after}" if after else "-", "+")))
 
-    @_reaching
+    @reaching
     async def follow(
         self, ident: str, after: str | None = None, block_ms: int = 1000, *, kind: Kind | None = None
     ) -> list[Event]:
@@ -346,61 +239,9 @@ class AsyncClient:
         except STORE_ERRORS as err:
             raise Unavailable("store", self.settings, err) from err
 
-    # -- approvals -------------------------------------------------------------------------------
-
-    @_reaching
-    async def approve(
-        self, ident: str, tool_use_id: str, *, by: str | None = None, kind: Kind | None = None
-    ) -> dict[str, Any]:
-        """Approve a call that waits for approval; the unit resumes on any worker once all its calls are decided."""
-        return await self._decide(ident, tool_use_id, "approved", reason=None, by=by, kind=kind)
-
-    @_reaching
-    async def deny(
-        self,
-        ident: str,
-        tool_use_id: str,
-        reason: str | None = None,
-        *,
-        by: str | None = None,
-        kind: Kind | None = None,
-    ) -> dict[str, Any]:
-        """Deny a call that waits for approval: it never runs; the model reads `Denied by user[: reason]`."""
-        return await self._decide(ident, tool_use_id, "denied", reason=core.check_reason(reason), by=by, kind=kind)
-
-    async def _decide(
-        self, ident: str, tool_use_id: str, decision: Decision, *, reason: str | None, by: str | None, kind: Kind | None
-    ) -> dict[str, Any]:
-        core.check_id(tool_use_id, "tool_use_id")
-        by = core.check_by(by)
-        owner = await self._owner(ident, kind)
-        rec = await self._find_waiting(owner, tool_use_id)
-        done: Decided | None = None
-        if rec is not None:
-            script_keys, args = decide_call(rec, tool_use_id, decision, reason=reason, by=by, now=time.time())
-            done = decided(await self._store.eval(DECIDE, len(script_keys), *script_keys, *args), decision)
-        answer = core.decision_answer(ident, tool_use_id, done)
-        if done is not None and done.resume and rec is not None:
-            await self._send(rec)
-        return answer
-
-    async def _find_waiting(self, owner: str, tool_use_id: str, *, recent: int = 20) -> UnitRecord | None:
-        """`tasks.store.approvals.find_waiting`, on this client's I/O."""
-        kind, _, ident = owner.partition(":")
-        if kind == "run":
-            return await self._record(owner, ident)
-        for raw in reversed(await self._store.lrange(keys.turns(owner), -recent, -1)):
-            turn_id = text_or_none(raw) or ""
-            rec = await self._record(owner, turn_id)
-            if rec is None:
-                continue
-            if waiting_call(rec, tool_use_id) or await self._store.hexists(keys.approvals(owner, turn_id), tool_use_id):
-                return rec
-        return None
-
     # -- coding runs -----------------------------------------------------------------------------
 
-    @_reaching
+    @reaching
     async def start_run(
         self,
         goal: str,
@@ -430,7 +271,7 @@ class AsyncClient:
         await self._send(rec)
         return RunRef(run_id=run_id, task_id=rec.task_id)
 
-    @_reaching
+    @reaching
     async def run_status(self, run_id: str) -> RunStatus:
         """The run's status now."""
         rec = await self._record(keys.owner("run", core.check_id(run_id, "run_id")), run_id)
@@ -440,17 +281,17 @@ class AsyncClient:
 
     # -- what a product keeps, lists and deletes ---------------------------------------------------
 
-    @_reaching
+    @reaching
     async def chats(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of chats, newest activity first (see `Client.chats`)."""
         return await aread_page(self._store, "chat", *kept.page_args("chat", user, limit, before))
 
-    @_reaching
+    @reaching
     async def runs(self, user: str | None = None, limit: int = 50, before: str | None = None) -> Page:
         """A page of runs, newest activity first (see `Client.runs`)."""
         return await aread_page(self._store, "run", *kept.page_args("run", user, limit, before))
 
-    @_reaching
+    @reaching
     async def delete(
         self, ident: str, stop: bool = False, *, kind: Kind | None = None, timeout: float = kept.DELETE_WAIT
     ) -> dict[str, Any]:
