@@ -58,7 +58,8 @@ def next_cause(outcome: Outcome) -> Cause | None:
     if outcome.action == "requeue":
         return "drain"
     if outcome.action == "auto_resume":
-        return "rate_limited" if outcome.reason.startswith("rate_limited") else "retry"
+        # Its reason starts with the failure class (settling.py): `provider_rate_limited: resuming ...`.
+        return "rate_limited" if outcome.reason.partition(":")[0].endswith("rate_limited") else "retry"
     if outcome.action == "done" and outcome.reason == "waiting":
         return "approval"
     if outcome.action == "defer":
