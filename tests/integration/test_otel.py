@@ -224,6 +224,21 @@ def test_a_drained_run_is_two_linked_executions_and_replays_are_events(otel: Tra
     worker_b.stop()
 
 
+def test_a_threads_worker_traces_from_its_one_process(otel: Traced):
+    """On the threads pool the SDK is set up in the worker's own process (no fork): a turn there is traced too."""
+    queue = f"otel-threads-{uuid.uuid4().hex[:6]}"
+    worker = otel.stack.worker("threads", pool="threads", BATON_QUEUE=queue)
+    try:
+        otel.fake.set_handler(Script([tool_call("lookup", {"key": "k3"}), text("threaded")]))
+        client = otel.stack.client(BATON_QUEUE=queue)
+        ref = client.send_message("otel-threads", "look k3 up")
+        assert client.wait(ref, timeout=60).status == "completed"
+        [execution] = otel.executions("baton.turn_id", ref.turn_id)
+        assert len(otel.children(execution, "chat", 2)) == 2 and len(otel.children(execution, "execute_tool", 1)) == 1
+    finally:
+        worker.stop()
+
+
 def test_nothing_of_the_sdk_is_set_up_without_otel_variables(otel: Traced):
     """A worker started without the OTEL_* variables (its pool child runs the probe tool) and `baton serve`'s app
     without them: no trace SDK or exporter imported, no global provider set, no export thread; the traced worker
