@@ -24,6 +24,7 @@ INCLUDE = [
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
     "tasks.runtime.kombu_fixes",
+    "tasks.telemetry.celery_signals",
 ]
 
 settings = current()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -121,7 +122,9 @@ class AsyncBase:
         task_id = task_id or rec.task_id
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._threads, self._publisher.publish, rec, task_id)
+            # In the caller's context (a web request's span): the publish puts its `traceparent` in the message.
+            in_context = contextvars.copy_context().run
+            await loop.run_in_executor(self._threads, in_context, self._publisher.publish, rec, task_id)
         except BROKER_ERRORS as err:
             script_keys, args = withdraw_call(rec, task_id, BROKER_DOWN, time.time())
             withdrawn = bool(await self._store.eval(WITHDRAW, len(script_keys), *script_keys, *args))

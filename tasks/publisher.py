@@ -23,6 +23,7 @@ from tasks.runtime.kombu_fixes import install as install_kombu_fixes
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.withdrawal import withdraw
+from tasks.telemetry.propagation import headers as trace_headers
 
 log = logging.getLogger("baton.client")
 
@@ -111,12 +112,14 @@ class Publisher:
         else:
             name, args = "baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id]
         queue = rec.queue or self.settings.queue  # its agent's queue, when it has one
+        # The sender's `traceparent` when this process traces; else no option at all: the message is as it was.
+        traced = {"headers": headers} if (headers := trace_headers()) else {}
         try:
             with self.celery.producer_or_acquire() as producer, producer.batch():
-                self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer)
+                self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, **traced)
         except BatchPublishError as err:
             log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
-            self.celery.send_task(name, args=args, task_id=task_id, queue=queue)
+            self.celery.send_task(name, args=args, task_id=task_id, queue=queue, **traced)
 
     def _start_next(self, store: redis.Redis, owner_id: str) -> None:
         """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not

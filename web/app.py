@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 from config.settings import Settings, load_settings
 from tasks.client import AsyncClient
 from tasks.reach import STORE_ERRORS
+from tasks.telemetry import switch
 from web import (
     access,
     errors,
@@ -117,6 +118,9 @@ def serve_app() -> ASGIApp:
     # heap frozen against 60-80 ms in a process of 90,000 objects). Frozen, collections walk only what requests make.
     gc.collect()
     gc.freeze()
+    # When the `OTEL_*` variables ask for traces: FastAPI's own telemetry then makes each request's server span,
+    # continuing the caller's `traceparent`, and a message the request sends carries that span into its unit.
+    switch.configure("baton-serve")
     return app if app.state.settings.api_token is not None else LoopbackHostOnly(app)
 
 

@@ -28,6 +28,7 @@ from agent.loop.state import LoopState
 from agent.messages import AnswerBlock, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
 from agent.provider.replay import RequestFailed, request_with_replay
+from agent.telemetry import telemetry
 
 __all__ = ["Spent", "answer_from_record", "model_step", "step_message_id"]
 
@@ -50,6 +51,7 @@ def model_step(
     its `tool.called` event names."""
     recorded = edge.recorded(f"model:{state.rounds_used}")
     if recorded is not None:
+        telemetry().replayed(f"model:{state.rounds_used}")  # an event on the execution's span, not a span
         return replay_step(recorded, state)
     message_id = step_message_id(config, state)
     plan = plan_request(history, view, state, tool_specs, edge, config)

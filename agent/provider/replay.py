@@ -15,6 +15,7 @@ from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, Overflow, classify
 from agent.loop.policy import Backoff, Driver, compute_backoff, policy_for, should_replay
 from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TextSink, TokenUsage
+from agent.telemetry import telemetry
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def request_with_replay(
         if on_text is not None:
             sink = partial(on_text, number)
         try:
-            answer = provider.stream(request, cancel=cancel, on_text=sink)
+            with telemetry().attempt(provider, request, number) as traced:  # `chat MODEL`; discarded if it raises
+                answer = traced.answered(provider.stream(request, cancel=cancel, on_text=sink))
         except AttemptFailed as failed:
             usage = usage + failed.usage
             found = classify(failed.cause)
@@ -106,6 +108,8 @@ def request_with_replay(
                     message_id, number, found.failure_class, reason, failed.had_output, failed.usage, delay
                 )
                 on_retry(notice)
+            if delay > 0:
+                telemetry().waiting(str(found.failure_class), delay)
             if delay > 0 and cancel.wait(delay):
                 raise Cancelled(cancel.reason or "stop") from None
             continue

@@ -25,6 +25,7 @@ from agent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from agent.telemetry import telemetry
 from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
 from agent.tools.definition import no_longer_available
 from agent.tools.threads import tool_threads
@@ -159,6 +160,7 @@ def _tool_step(
     effect = tool.effect if tool is not None else "read"
     recorded = edge.recorded(step_id)
     if recorded is not None and recorded["status"] == "done":
+        telemetry().replayed(step_id, call.name)  # answered from the journal: an event, never a tool span
         block = ToolResultBlock(
             tool_use_id=call.id,
             content=recorded["content"],
@@ -182,7 +184,8 @@ def _tool_step(
         # time, and the edge raised before the tool could start).
         if effect == "write" and (recorded is None or recorded["status"] in NEVER_STARTED):
             edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
-        ran = _run_cancellable(tool, call.input, idempotency_key, cancel, config)
+        with telemetry().tool(call, tool) as traced:  # `execute_tool TOOL`: only a call that runs
+            ran = traced.ran(_run_cancellable(tool, call.input, idempotency_key, cancel, config))
         if isinstance(ran, NotStarted):
             # Never run, and never to run here: the write-ahead entry says so, and the execution that resumes the
             # unit runs the call (a drain answers nothing). A stop answers it with the placeholder, as before.

@@ -46,6 +46,7 @@ from tasks.store.records import Failure, UnitRecord
 from tasks.store.replicas import REPLICAS
 from tasks.store.replies import text_or_none
 from tasks.store.take import HISTORY_LEN, TEXT, Taken, take
+from tasks.telemetry.executions import traced
 
 log = logging.getLogger("baton.execution")
 
@@ -117,7 +118,8 @@ class Execution(Seeding):
             # another worker, rather than start it only to interrupt it again and count that against the unit.
             lease.release()
             return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
-        return self._guarded(rec, loaded, lease)
+        with traced(self.client, unit, rec, taken.record) as span:  # `invoke_agent AGENT`, when tracing
+            return span.ended(self._guarded(rec, loaded, lease), rec)
 
     def _note_replication(self) -> None:
         """Behind Sentinel or on a cluster, where the store can fail over under this execution: the replication

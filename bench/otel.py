@@ -1,0 +1,110 @@
+"""What tracing costs a turn: one chat turn (the real `anthropic` SDK against the fake API, one tool round) on a
+worker without the `OTEL_*` variables and on one exporting to a local OTLP/HTTP receiver (batch exporter), same run.
+
+The two workers serve a queue each and the turns alternate between them, so machine noise hits both alike; a turn
+is timed from `send_message` to `wait` returning it completed. Also timed: the core's hooks with tracing off (the
+no-op facade), per turn's worth of calls, in this process.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from agent.messages import ToolUseBlock
+from agent.provider.base import ProviderRequest
+from agent.telemetry import telemetry
+from bench._common import Row, Stack, fmt, judge, median, print_rows
+from tests.support.fake_anthropic import Script, text, tool_call
+from tests.support.otlp_receiver import OtlpReceiver
+
+N = 60
+WARMUP = 5
+
+
+def replies(n: int) -> Script:
+    """A tool round then an answer, for every turn of the run (both workers draw from one script)."""
+    return Script([r for _ in range(n) for r in (tool_call("lookup", {"key": "a"}), text("found"))])
+
+
+def hooks_off_ns(rounds: int = 200_000) -> float:
+    """Nanoseconds of one turn's hook calls with tracing off: two attempts, a tool, a replayed step."""
+    request = ProviderRequest(model="m", messages=[])
+    call = ToolUseBlock(id="t", name="lookup", input={})
+    started = time.perf_counter_ns()
+    for _ in range(rounds):
+        for number in (1, 2):
+            with telemetry().attempt(None, request, number) as traced:  # type: ignore[arg-type]
+                traced.answered(None)  # type: ignore[arg-type]
+        with telemetry().tool(call, None) as traced:
+            traced.ran(None)
+        telemetry().replayed("model:0")
+    return (time.perf_counter_ns() - started) / rounds
+
+
+def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[list[float], list[float]]:
+    """Turns alternating between two workers (each on its queue; `traced` says which exports), as (first's,
+    second's) latencies in seconds."""
+    handler = replies(2 * (n + WARMUP) + 4)
+    with Stack("otel", handler=handler) as stack:
+        queues = (stack.queue, f"{stack.queue}-2")
+        for name, queue, on in zip(("one", "two"), queues, traced, strict=True):
+            stack.worker(name, concurrency=2, BATON_QUEUE=queue, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url if on else "")
+        clients = [stack.client(BATON_QUEUE=queue) for queue in queues]
+        prefix = f"otel{uuid.uuid4().hex[:6]}"
+
+        def turn(k: int, i: int) -> float:
+            client = clients[k]
+            started = time.perf_counter()
+            result = client.wait(client.send_message(f"{prefix}-{k}-{i}", "look a up"), timeout=30)
+            elapsed = time.perf_counter() - started
+            if result.status != "completed":
+                raise RuntimeError(f"turn {i} ended {result.status}: {result.failure}")
+            return elapsed
+
+        for i in range(WARMUP):
+            turn(0, -1 - i)
+            turn(1, -1 - i)
+        out: tuple[list[float], list[float]] = ([], [])
+        for i in range(n):
+            for k in ((0, 1) if i % 2 else (1, 0)):  # which goes first alternates too
+                out[k].append(turn(k, i))
+        return out
+
+
+def main(n: int = N, *, traced: bool = True) -> list[Row]:
+    """Two phases, the traced worker swapped between them, so a bias between the two workers of a phase (the A/A
+    run, `--aa`, reads it: both untraced) falls on both sides. `traced=False`: neither worker exports."""
+    receiver = OtlpReceiver().start()
+    try:
+        first = phase(receiver, n, (False, traced))
+        second = phase(receiver, n, (traced, False))
+        if traced:
+            receiver.wait_for(lambda: len(receiver.spans("invoke_agent")) >= 2 * (n + WARMUP), 10)
+        exported = len(receiver.spans())
+    finally:
+        receiver.stop()
+    off, on = first[0] + second[1], first[1] + second[0]
+    slots = [median(first[0]) * 1000, median(first[1]) * 1000, median(second[0]) * 1000, median(second[1]) * 1000]
+    # Each phase's on ÷ off, averaged: a machine whose speed drifts between phases would otherwise make a bimodal
+    # pool whose medians compare nothing.
+    ratios = [slots[1] / slots[0], slots[2] / slots[3]]
+    overhead = (sum(ratios) / 2 - 1) * 100
+    off_ms, on_ms = (slots[0] + slots[3]) / 2, (slots[1] + slots[2]) / 2
+    hooks = hooks_off_ns()
+    print(f"  off p50 {fmt(off_ms)} ms (min {fmt(min(off) * 1000)}); on p50 {fmt(on_ms)} ms "
+          f"(min {fmt(min(on) * 1000)}); {exported} spans received; hooks off {hooks:.0f} ns a turn", flush=True)
+    print(f"  p50 by phase (ms): phase 1 off={fmt(slots[0])} on={fmt(slots[1])} ({fmt((ratios[0] - 1) * 100)} %); "
+          f"phase 2 on={fmt(slots[2])} off={fmt(slots[3])} ({fmt((ratios[1] - 1) * 100)} %)", flush=True)
+    return [
+        Row("turn latency, tracing off (p50, mean of the phases)", off_ms, "ms", "—", "info"),
+        Row("turn latency, tracing on, batch OTLP/HTTP (p50, mean of the phases)", on_ms, "ms", "—", "info"),
+        Row("tracing on vs off (mean of the phases' ratios)", overhead, "%", "≤ 3%", judge(overhead, at_most=3.0)),
+        Row("the core's hooks with tracing off, per turn", hooks / 1000, "µs", "—", "info"),
+    ]
+
+
+if __name__ == "__main__":
+    import sys
+
+    print_rows(main(traced="--aa" not in sys.argv))
