@@ -130,6 +130,8 @@ class Settling:
         round_raw: bytes | None = None,
         stop_reason: str | None = None,
     ) -> Outcome:
+        """End the unit in one fenced write: its transcript, its kept round, its record and ending event, and what
+        every terminal settle cleans up; a chat turn's write also reads whom to hand off to."""
         log.info(
             "%s %s %s%s",
             self.unit.event_prefix,
@@ -140,17 +142,11 @@ class Settling:
         )
         unit = self.unit
         batch = Batch()
-        failover = self.replication_id is not None and failed_over(
-            self.replication_id, replication_id(master_of(self.client, unit.record_key) or self.client)
-        )
+        failover = self._failed_over()
         if failover:
             # Not silent: what the failover may have cost is in the outcome (a notice, and a mark on the event).
             extra = [*(extra or []), notice("failover", FAILOVER_NOTICE, unit.unit_id)]
-        messages = [*state.messages[rec.committed :], *(extra or [])]
-        if status == "failed":
-            messages = list(extra or [])  # a failed turn keeps no half-finished rounds in its transcript
-        if messages:
-            batch.add("RPUSH", keys.transcript(unit.owner_id), *[dump_message(m) for m in messages])
+        self._append_transcript(batch, rec, state, status, extra)
         if round_raw is not None:
             batch.add(
                 "SET",
@@ -160,8 +156,40 @@ class Settling:
                 str(int(self.settings.round_ttl * 1000)),
             )
         usage = UsageOut(**state.usage.model_dump())
+        self._settled_record(batch, rec, state, status, failure, usage)
+        data = self._ending_data(rec, status, failure, usage, failover, round_raw is not None, stop_reason)
+        self._event(batch, f"{unit.event_prefix}.{status}", data)
+        self._finish(batch, rec)
+        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
+        batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
+        chat = unit.driver is Driver.CHAT_TURN
+        if chat:
+            batch.read("LINDEX", keys.queue(unit.owner_id), "0")  # who is next, read in the same round trip
+        replies = self.fence.commit(batch)
+        return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
+
+    def _failed_over(self) -> bool:
+        """Whether the store failed over since this execution took the unit (a write it made may be lost)."""
+        return self.replication_id is not None and failed_over(
+            self.replication_id, replication_id(master_of(self.client, self.unit.record_key) or self.client)
+        )
+
+    def _append_transcript(
+        self, batch: Batch, rec: UnitRecord, state: LoopState, status: str, extra: list[Message] | None
+    ) -> None:
+        """The unit's messages not yet in the transcript, and the notices it ends with."""
+        messages = [*state.messages[rec.committed :], *(extra or [])]
+        if status == "failed":
+            messages = list(extra or [])  # a failed turn keeps no half-finished rounds in its transcript
+        if messages:
+            batch.add("RPUSH", keys.transcript(self.unit.owner_id), *[dump_message(m) for m in messages])
+
+    def _settled_record(
+        self, batch: Batch, rec: UnitRecord, state: LoopState, status: str, failure: Failure | None, usage: UsageOut
+    ) -> None:
+        """The unit's record as it ends: its status, reply or failure, and usage; nothing left waiting."""
         batch.hset(
-            unit.record_key,
+            self.unit.record_key,
             {
                 "status": status,
                 "reply": state.reply if status == "completed" else None,
@@ -173,6 +201,18 @@ class Settling:
                 "updated_at": time.time(),
             },
         )
+
+    def _ending_data(
+        self,
+        rec: UnitRecord,
+        status: str,
+        failure: Failure | None,
+        usage: UsageOut,
+        failover: bool,
+        kept_round: bool,
+        stop_reason: str | None,
+    ) -> dict[str, object]:
+        """What the unit's ending event (`turn.completed`, `run.failed`, ...) says beyond its ids."""
         data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
         if failover:
             data["store_failover"] = True
@@ -190,18 +230,10 @@ class Settling:
                     "class": failure.failure_class,
                     "retryable": failure.retryable,
                     "message": failure.message,
-                    "resumable_round": round_raw is not None,
+                    "resumable_round": kept_round,
                 }
             )
-        self._event(batch, f"{unit.event_prefix}.{status}", data)
-        self._finish(batch, rec)
-        batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
-        batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
-        chat = unit.driver is Driver.CHAT_TURN
-        if chat:
-            batch.read("LINDEX", keys.queue(unit.owner_id), "0")  # who is next, read in the same round trip
-        replies = self.fence.commit(batch)
-        return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
+        return data
 
     def _next_turn(self, head: bytes | None) -> HandOff | None:
         """The chat's next turn, read after this turn left the queue: the settle starts it (no turn polls).
