@@ -9,10 +9,10 @@ limits are inherited through exec and fork, so they bind everything the command 
 a separate program (rather than a `preexec_fn`) keeps the worker free of fork-then-run-Python hazards in a
 process that has threads, and keeps every limit visible in the argv.
 
-Everything that decides what the sandbox exposes lives in `sandbox_argv`, so it can be read and unit-tested in
-one place; `agent/tools/commands.py` runs a model's command in it, `agent/tools/mcp/sandboxed.py` a coding run's
-stdio MCP server (the same sandbox, its /etc files bound from disk since the MCP SDK passes no fds, plus the
-server's env).
+Everything that decides what the sandbox exposes lives in `sandbox_argv` (and the three parts it joins: the
+limits, the namespaces, the filesystem), so it can be read and unit-tested in one place; `agent/tools/commands.py`
+runs a model's command in it, `agent/tools/mcp/sandboxed.py` a coding run's stdio MCP server (the same sandbox,
+its /etc files bound from disk since the MCP SDK passes no fds, plus the server's env).
 """
 
 from __future__ import annotations
@@ -162,8 +162,23 @@ def sandbox_argv(
         raise ValueError(f"the workspace must be an absolute path, got {workspace!r}")
     if any(os.path.commonpath([workspace, system]) == workspace for system in PROTECTED):
         raise ValueError(f"the workspace {workspace!r} is or contains a system directory; it cannot be bound writable")
+    argv = _limits_argv(policy)
+    if policy.run_as is not None:
+        # setpriv drops to that uid/gid with no supplementary groups; bwrap then runs unprivileged.
+        argv += [policy.setpriv, f"--reuid={policy.run_as}", f"--regid={policy.run_as}", "--clear-groups", "--"]
+    argv += _namespaces_argv(policy, status_fd)
+    argv += _filesystem_argv(workspace, policy, layout, data_fds or {}, data_files or {})
+    argv.append("--clearenv")
+    for name, value in sandbox_env(policy, workspace, extra_env).items():
+        argv += ["--setenv", name, value]
+    argv += ["--", *command]
+    return argv
+
+
+def _limits_argv(policy: SandboxPolicy) -> list[str]:
+    """prlimit with the policy's limits, which bind everything the command starts (inherited through exec)."""
     lim = policy.limits
-    argv = [
+    return [
         policy.prlimit,
         f"--nproc={lim.processes}",
         f"--data={lim.memory_bytes}",
@@ -172,10 +187,11 @@ def sandbox_argv(
         "--core=0",  # a crashing program must not drop a memory image (which may hold file contents) anywhere
         "--",
     ]
-    if policy.run_as is not None:
-        # setpriv drops to that uid/gid with no supplementary groups; bwrap then runs unprivileged.
-        argv += [policy.setpriv, f"--reuid={policy.run_as}", f"--regid={policy.run_as}", "--clear-groups", "--"]
-    argv += [
+
+
+def _namespaces_argv(policy: SandboxPolicy, status_fd: int | None) -> list[str]:
+    """bwrap and who the command is inside: new namespaces, no capability, no way back to one, no terminal."""
+    argv = [
         policy.bwrap,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup
         "--unshare-user",  # as root, --unshare-all only *tries* a user namespace; we require one
@@ -194,7 +210,20 @@ def sandbox_argv(
     ]
     if status_fd is not None:
         argv += ["--json-status-fd", str(status_fd)]
-    argv += ["--ro-bind", "/usr", "/usr"]
+    return argv
+
+
+def _filesystem_argv(
+    workspace: str,
+    policy: SandboxPolicy,
+    layout: HostLayout,
+    data_fds: Mapping[str, int],
+    data_files: Mapping[str, str],
+) -> list[str]:
+    """What the command sees of the filesystem: the system read-only, a private /tmp, a synthesized /etc, and the
+    workspace, the only writable place and the working directory."""
+    lim = policy.limits
+    argv = ["--ro-bind", "/usr", "/usr"]
     for name, target in sorted(layout.links.items()):
         argv += ["--symlink", target, name]
     for name in layout.dirs:
@@ -208,14 +237,10 @@ def sandbox_argv(
         if name in network_only and not policy.network:
             continue
         argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    for path, fd in sorted((data_fds or {}).items()):
+    for path, fd in sorted(data_fds.items()):
         argv += ["--ro-bind-data", str(fd), path]
-    for path, host_file in sorted((data_files or {}).items()):
+    for path, host_file in sorted(data_files.items()):
         argv += ["--ro-bind", host_file, path]
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     argv += ["--remount-ro", "/"]  # the root tmpfs bwrap builds: no RAM-backed writes outside /tmp
-    argv.append("--clearenv")
-    for name, value in sandbox_env(policy, workspace, extra_env).items():
-        argv += ["--setenv", name, value]
-    argv += ["--", *command]
     return argv
