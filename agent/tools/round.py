@@ -155,20 +155,15 @@ def _tool_step(
     cancel: CancelToken,
     config: LoopConfig,
 ) -> ToolResultBlock:
+    """Answer one call: its journaled result on replay; else decide how (no longer available, interrupted,
+    deduplicated, or run), and journal the result with its events."""
     step_id = f"tool:{call.id}"
     tool = tools.get(call.name)
     effect = tool.effect if tool is not None else "read"
     recorded = edge.recorded(step_id)
     if recorded is not None and recorded["status"] == "done":
         telemetry().replayed(step_id, call.name)  # answered from the journal: an event, never a tool span
-        block = ToolResultBlock(
-            tool_use_id=call.id,
-            content=recorded["content"],
-            is_error=recorded["is_error"],
-            synthesized=recorded.get("synthesized", False),
-        )
-        _account(state, call, effect, block, status=recorded.get("log_status", "ok"), executed=True)
-        return block
+        return _replayed_call(call, effect, recorded, state)
     if tool is None or tool.unavailable is not None:  # gone, or pinned without its code here: never run
         outcome, status = ToolOutcome(no_longer_available(call.name), is_error=True), "error"
     elif recorded is not None and recorded["status"] == "committing" and not tool.idempotent:
@@ -178,25 +173,70 @@ def _tool_step(
         entry = state.dedup[dedup_key(call.name, call.input)]
         outcome, status = ToolOutcome(entry.content, entry.is_error), "deduplicated"
     else:
-        idempotency_key = f"{config.owner_id}:{call.id}"
-        # An entry whose tool never started, so this execution writes it again and runs the tool: `withdrawn` (a
-        # drain's grace ended before its thread began it) or `unconfirmed` (the store's replica did not confirm it in
-        # time, and the edge raised before the tool could start).
-        if effect == "write" and (recorded is None or recorded["status"] in NEVER_STARTED):
-            edge.record(step_id, {"kind": "tool", "status": "committing", "name": call.name}, [])
-        with telemetry().tool(call, tool) as traced:  # `execute_tool TOOL`: only a call that runs
-            ran = traced.ran(_run_cancellable(tool, call.input, idempotency_key, cancel, config))
-        if isinstance(ran, NotStarted):
-            # Never run, and never to run here: the write-ahead entry says so, and the execution that resumes the
-            # unit runs the call (a drain answers nothing). A stop answers it with the placeholder, as before.
-            if effect == "write":
-                edge.record(step_id, {"kind": "tool", "status": "withdrawn", "name": call.name}, [])
-            return _placeholder(call.id)
-        if ran is None:
-            block = _placeholder(call.id)
-            _account(state, call, effect, block, status="interrupted", executed=True)
-            return block
+        ran = _run_call(call, tool, effect, recorded, state, edge, cancel, config)
+        if isinstance(ran, ToolResultBlock):
+            return ran
         outcome, status = ran, "error" if ran.is_error else "ok"
+    return _record_result(call, tool, effect, outcome, status, state, edge, config)
+
+
+def _replayed_call(call: ToolUseBlock, effect: str, recorded: dict[str, Any], state: LoopState) -> ToolResultBlock:
+    """The result an earlier execution journaled for the call, counted in the state as it was then."""
+    block = ToolResultBlock(
+        tool_use_id=call.id,
+        content=recorded["content"],
+        is_error=recorded["is_error"],
+        synthesized=recorded.get("synthesized", False),
+    )
+    _account(state, call, effect, block, status=recorded.get("log_status", "ok"), executed=True)
+    return block
+
+
+def _run_call(
+    call: ToolUseBlock,
+    tool: Tool,
+    effect: str,
+    recorded: dict[str, Any] | None,
+    state: LoopState,
+    edge: Edge,
+    cancel: CancelToken,
+    config: LoopConfig,
+) -> ToolOutcome | ToolResultBlock:
+    """Run the call, a write behind its write-ahead entry; the placeholder, not to be journaled as done, when a
+    stop or drain kept it from running to its end here."""
+    idempotency_key = f"{config.owner_id}:{call.id}"
+    # An entry whose tool never started, so this execution writes it again and runs the tool: `withdrawn` (a
+    # drain's grace ended before its thread began it) or `unconfirmed` (the store's replica did not confirm it in
+    # time, and the edge raised before the tool could start).
+    if effect == "write" and (recorded is None or recorded["status"] in NEVER_STARTED):
+        edge.record(f"tool:{call.id}", {"kind": "tool", "status": "committing", "name": call.name}, [])
+    with telemetry().tool(call, tool) as traced:  # `execute_tool TOOL`: only a call that runs
+        ran = traced.ran(_run_cancellable(tool, call.input, idempotency_key, cancel, config))
+    if isinstance(ran, NotStarted):
+        # Never run, and never to run here: the write-ahead entry says so, and the execution that resumes the
+        # unit runs the call (a drain answers nothing). A stop answers it with the placeholder, as before.
+        if effect == "write":
+            edge.record(f"tool:{call.id}", {"kind": "tool", "status": "withdrawn", "name": call.name}, [])
+        return _placeholder(call.id)
+    if ran is None:
+        block = _placeholder(call.id)
+        _account(state, call, effect, block, status="interrupted", executed=True)
+        return block
+    return ran
+
+
+def _record_result(
+    call: ToolUseBlock,
+    tool: Tool | None,
+    effect: str,
+    outcome: ToolOutcome,
+    status: str,
+    state: LoopState,
+    edge: Edge,
+    config: LoopConfig,
+) -> ToolResultBlock:
+    """Journal the call's result (capped) with its `tool.result` event, and count it in the state."""
+    step_id = f"tool:{call.id}"
     synthesized = status == "interrupted"
     # Capped when recorded (head and tail kept), tighter under a small context budget.
     content = cap_result(outcome.content, result_cap_chars(config.context_tokens, RESULT_CAP_CHARS))
