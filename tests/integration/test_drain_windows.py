@@ -113,7 +113,7 @@ def _harness(monkeypatch: pytest.MonkeyPatch, store: redis.Redis, drains: Drains
 
     provider = HookedProvider(script)
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
-    monkeypatch.setattr(wiring, "run_tools", lambda settings, workspace, own=None: by_name([note]))
+    monkeypatch.setattr(wiring, "run_tools", lambda settings, workspace, own=None, agent=None: by_name([note]))
 
     real_record = journal_module.RedisJournal.record
 
