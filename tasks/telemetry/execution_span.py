@@ -88,7 +88,9 @@ class OtelExecution:
         kind = {"baton.kind": attributes["baton.kind"]}
         if cause == "first" and rec.created_at:
             instruments.queue_wait.record(max(0.0, self._now - rec.created_at), kind)
-        if cause == "worker_lost":
+        if cause in ("worker_lost", "drain"):
+            # Counted by the execution that resumes the unit: a drained worker is shutting down, and what it records
+            # last leaves with a flush at its exit that a busy machine can cut short (seen in a CI-shaped run).
             instruments.interruptions.add(1, {"baton.cause": cause, **kind})
         return self
 
@@ -116,8 +118,6 @@ class OtelExecution:
         instruments = self._telemetry.instruments
         if name in TERMINAL_OUTCOMES:
             instruments.units.add(1, {"baton.kind": kind, "gen_ai.agent.name": agent, "baton.outcome": name})
-        if following == "drain":
-            instruments.interruptions.add(1, {"baton.cause": "drain", "baton.kind": kind})
         return outcome
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:

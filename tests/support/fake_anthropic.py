@@ -234,7 +234,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._not_found()
             return
         fake = self.server.fake
-        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        if len(raw) < length:
+            # The client went away mid-body (a worker SIGKILLed while sending): no request reached the API, as
+            # none would reach the real one; nothing to record, no one to answer.
+            self.close_connection = True
+            return
         try:
             body = json.loads(raw)
             problem = None if isinstance(body, dict) else "request body must be a JSON object"
