@@ -16,6 +16,7 @@ from agent.messages import (
     ToolResultBlock,
     to_api,
 )
+from agent.messages.media import FileSource
 
 Pass = Callable[[list[Message]], list[Message]]
 
@@ -180,8 +181,9 @@ class RequestHistory:
     and converted N growing histories: quadratic in its length.
     """
 
-    def __init__(self, model: str | None = None) -> None:
+    def __init__(self, model: str | None = None, files: FileSource | None = None) -> None:
         self._model = model  # the request's model: reasoning goes back only to the model that produced it
+        self._files = files  # where file blocks' bytes are read (once per request build: a round's pair is cheap)
         self._seen: list[Message] = []
         self._repaired: list[Message] = []
         self._api: list[dict[str, Any]] = []
@@ -198,10 +200,10 @@ class RequestHistory:
             and _answered_round(messages[-2], messages[-1])
         ):
             self._repaired.extend(messages[-2:])
-            self._api.extend(to_api(messages[-2:], self._model))
+            self._api.extend(to_api(messages[-2:], self._model, self._files))
         else:
             self._repaired = list(repair(messages))
-            self._api = to_api(self._repaired, self._model)
+            self._api = to_api(self._repaired, self._model, self._files)
         self._seen = list(messages)
         return list(self._api)
 

@@ -21,6 +21,7 @@ from agent.loop.model_step import model_step, step_message_id
 from agent.loop.policy import Driver
 from agent.loop.state import LoopState
 from agent.messages import Message, TextBlock, ToolResultBlock
+from agent.messages.media import FileSource
 from agent.provider.base import Provider
 from agent.tools import Tool
 from agent.tools.round import CancelledRound, run_round
@@ -36,12 +37,14 @@ def run_loop(
     cancel: CancelToken,
     config: LoopConfig,
     live: LiveText | None = None,
+    files: FileSource | None = None,
 ) -> LoopState:
-    """Run rounds until the model answers without tool calls; the reply lands in `state.reply`."""
+    """Run rounds until the model answers without tool calls; the reply lands in `state.reply`. `files`: where the
+    bytes of the history's file blocks are read."""
     tool_specs = [t.to_api() for t in tools.values()]
     servers = ServerOf(tools)
     live = live or NoLiveText()
-    view = RequestHistory(config.model)  # the request's history, grown round by round instead of rebuilt
+    view = RequestHistory(config.model, files)  # the request's history, grown round by round instead of rebuilt
     while True:
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:

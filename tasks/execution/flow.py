@@ -39,6 +39,7 @@ from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
 from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
+from tasks.store.files import StoredFiles
 from tasks.store.journal import RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
 from tasks.store.reads import chat_head, keys, parse_transcript
@@ -319,6 +320,7 @@ class Execution(Seeding):
                 cancel=self.cancel,
                 config=config,
                 live=self.live,
+                files=StoredFiles(self.client, unit.owner_id),
             )
         except Cancelled as stop:
             if stop.reason == "stop":

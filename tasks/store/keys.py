@@ -200,6 +200,12 @@ def lease(owner_id: str) -> str:
     return f"{base(owner_id)}:lease"
 
 
+@unit_key("owner")
+def files(owner_id: str) -> str:
+    """Hash: SHA-256 -> base64 of a file the chat's messages carry (tasks/store/files.py), stored once per chat."""
+    return f"{base(owner_id)}:files"
+
+
 @unit_key("generation")
 def journal(owner_id: str, unit_id: str, generation: int) -> str:
     return f"{base(owner_id)}:journal:{unit_id}:{generation}"

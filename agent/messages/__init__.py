@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from agent.messages.base import _Block
+from agent.messages.media import DocumentBlock, FileBlock, FileSource, ImageBlock, media_to_api
+
 INTERRUPTED_RESULT = "[Interrupted before result was recorded]"
 RESUMED_NOTICE = "Continued from the tool results already fetched."
 STOPPED_NOTICE = "Stopped by user."
@@ -15,10 +18,6 @@ DENIED_RESULT = "Denied by user."
 DENIED_WITH_REASON = "Denied by user: {reason}"
 EXPIRED_RESULT = "Denied: approval expired."
 DEPLOY_NOTICE = "Interrupted by a platform deploy; resuming (attempt {attempt} of {max_attempts})."
-
-
-class _Block(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class TextBlock(_Block):
@@ -68,7 +67,8 @@ class NoticeBlock(_Block):
 
 
 Block = Annotated[
-    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | NoticeBlock,
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | NoticeBlock | ImageBlock
+    | DocumentBlock,
     Field(discriminator="type"),
 ]
 # What a model's answer holds, in the order it produced it.
@@ -101,8 +101,9 @@ class Message(BaseModel):
         return "".join(b.text for b in self.content if isinstance(b, TextBlock | NoticeBlock))
 
 
-def user_text(text: str, turn_id: str | None = None) -> Message:
-    return Message(role="user", content=(TextBlock(text=text),), turn_id=turn_id)
+def user_text(text: str, turn_id: str | None = None, files: tuple[FileBlock, ...] = ()) -> Message:
+    """A user's message: its text, then the files it carries (by reference: their bytes are in the store)."""
+    return Message(role="user", content=(TextBlock(text=text), *files), turn_id=turn_id)
 
 
 def stop_notice(reason: str | None) -> str:
@@ -161,17 +162,19 @@ def block_to_api(block: AnswerBlock | ToolResultBlock) -> dict[str, Any]:
     return block.model_dump()
 
 
-def to_api(messages: list[Message], model: str | None = None) -> list[dict[str, Any]]:
+def to_api(
+    messages: list[Message], model: str | None = None, files: FileSource | None = None
+) -> list[dict[str, Any]]:
     """Model input: user and assistant messages only, notices left out, empty messages dropped. An assistant
     message's reasoning goes back only to the model that produced it (`model`; None: to any): another model, or
-    another provider, cannot verify it (the transcript keeps it)."""
+    another provider, cannot verify it (the transcript keeps it). File blocks take their bytes from `files`."""
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "notice":
             continue
         foreign = model is not None and message.model != model
         blocks = [
-            block_to_api(b)
+            media_to_api(b, files) if isinstance(b, ImageBlock | DocumentBlock) else block_to_api(b)
             for b in message.content
             if not isinstance(b, NoticeBlock) and not (foreign and isinstance(b, REASONING))
         ]
