@@ -6,6 +6,9 @@
 - a user message's `tool_result` blocks become one `tool` message each, with its `tool_call_id`, in order and
   right after the assistant message (the API's pairing rule; Baton's history repair already answers every
   `tool_use`, placeholders included); its text, if any, follows as a `user` message;
+- a user's files go as content parts (an image as an `image_url` part with a data URL, a PDF as a `file` part);
+  a tool message takes text only, so the images of a round's results follow its tool messages in one `user`
+  message, each result's images after a line naming its call;
 - a result with `is_error` has no flag to go in: its content is sent prefixed with `ERROR_PREFIX`, so the
   model still reads that the call failed;
 - tools are `{"type": "function", "function": {name, description, parameters}}`;
@@ -66,19 +69,49 @@ def _assistant(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def media_part(block: dict[str, Any]) -> dict[str, Any] | None:
+    """A Messages API image or document block (a base64 source) as a Chat Completions content part."""
+    source = block.get("source") or {}
+    if source.get("type") != "base64":
+        return None
+    url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+    if block.get("type") == "image":
+        return {"type": "image_url", "image_url": {"url": url}}
+    if block.get("type") == "document":
+        return {"type": "file", "file": {"filename": block.get("title") or "document.pdf", "file_data": url}}
+    return None
+
+
+def _result_media(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The images of a tool result (its content list's media), led by a line naming the call they answer."""
+    content = block.get("content")
+    blocks = content if isinstance(content, list) else []
+    parts = [p for b in blocks if isinstance(b, dict) and (p := media_part(b)) is not None]
+    if not parts:
+        return []
+    return [{"type": "text", "text": f"[images from tool call {block['tool_use_id']}]"}, *parts]
+
+
 def _user(message: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for block in _blocks(message):
-        if block.get("type") == "tool_result":
+        kind = block.get("type")
+        if kind == "tool_result":
             content = _text_of(block.get("content"))
             if block.get("is_error"):
                 content = ERROR_PREFIX + content
             out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
-        elif block.get("type") == "text" and block.get("text"):
-            texts.append(block["text"])
-    if texts:
-        out.append({"role": "user", "content": "\n\n".join(texts)})
+            parts.extend(_result_media(block))
+        elif kind == "text" and block.get("text"):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind in ("image", "document") and (part := media_part(block)) is not None:
+            parts.append(part)
+    if parts and all(p["type"] == "text" for p in parts):
+        # Text only: one string, as every request before files was sent (a replay's bytes do not change).
+        out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts)})
+    elif parts:
+        out.append({"role": "user", "content": parts})
     return out
 
 

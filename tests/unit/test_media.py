@@ -92,3 +92,30 @@ def test_the_transcript_holds_a_reference_and_the_request_the_bytes() -> None:
 def test_a_message_of_an_older_version_still_loads() -> None:
     old = Message(role="user", content=user_text("hi").content)
     assert load_message(dump_message(old)) == old
+
+
+def test_chat_completions_carries_files_as_parts_and_tool_images_after_the_tool_messages() -> None:
+    from agent.provider.base import ProviderRequest
+    from agent.provider.openai_request import chat_messages
+
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "UE5H"}}
+    pdf = {"type": "document", "title": "spec.pdf", "source": {"type": "base64", "media_type": "application/pdf",
+                                                               "data": "UERG"}}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "look"}, png, pdf]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "here"}, png]},
+        ]},
+    ]
+    out = chat_messages(ProviderRequest(model="m", messages=messages))
+    assert out[0] == {"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,UE5H"}},
+        {"type": "file", "file": {"filename": "spec.pdf", "file_data": "data:application/pdf;base64,UERG"}},
+    ]}
+    assert out[2] == {"role": "tool", "tool_call_id": "c1", "content": "here"}
+    assert out[3] == {"role": "user", "content": [
+        {"type": "text", "text": "[images from tool call c1]"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,UE5H"}},
+    ]}
