@@ -49,3 +49,12 @@ def test_long_declared_groups_go_out_first_then_integration_then_larger_groups()
     chaos = [FakeItem("tests/integration/test_chaos.py::t", INTEGRATION, pytest.mark.timeout(300))]
     items = [*unit_small, *unit_big, *integ_small, *integ_big, *chaos]
     assert ordered(in_groups(items)) == [*chaos, *integ_big, *integ_small, *unit_big, *unit_small]
+
+
+def test_the_groups_reach_xdist(request: pytest.FixtureRequest) -> None:
+    """On an xdist worker of a `--dist loadgroup` run, a test's node id carries its group (`@FILE`), which is all the
+    controller groups by. pytest 9.2 keeps node ids where pytest-xdist 3.8 does not write them: every group was then
+    silently ignored, a file's tests spread over all workers and each worker started its own module stacks."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not on an xdist worker of a loadgroup run (-n 0)")
+    assert request.node.nodeid.endswith("@tests/unit/test_xdist_groups.py")
