@@ -7,9 +7,18 @@ Built only when content capture is on. Baton's messages are in the Messages API'
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from agent.provider.base import Answer
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def capture_content(env: Mapping[str, str]) -> bool:
+    """Message text, tool inputs and results go into spans only when this says so."""
+    return env.get(CAPTURE_CONTENT, "").strip().lower() == "true"
+
 
 
 def _part(block: Any) -> dict[str, Any]:

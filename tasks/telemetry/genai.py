@@ -22,9 +22,8 @@ from agent.loop.failures import classify
 from agent.messages import ToolUseBlock
 from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TokenUsage
 from agent.tools import Tool, ToolOutcome
-from tasks.telemetry.content import input_messages, output_messages, system_instructions
+from tasks.telemetry.content import capture_content, input_messages, output_messages, system_instructions
 from tasks.telemetry.instruments import Instruments
-from tasks.telemetry.switch import capture_content
 
 T = TypeVar("T")
 

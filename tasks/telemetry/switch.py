@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ASKING = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
 
 
@@ -19,11 +18,6 @@ def wanted(env: Mapping[str, str]) -> bool:
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     return any(env.get(name, "").strip() for name in ASKING)
-
-
-def capture_content(env: Mapping[str, str]) -> bool:
-    """Message text, tool inputs and results go into spans only when this says so."""
-    return env.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 
 
 _on = [False]

@@ -19,7 +19,7 @@ from agent.messages import TextBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptFailed, ProviderRequest, TokenUsage
 from agent.tools import ToolOutcome, tool
 from tasks.execution.settling import Outcome
-from tasks.telemetry import switch
+from tasks.telemetry import content, switch
 from tasks.telemetry.content import input_messages
 from tasks.telemetry.genai import GenAiTelemetry, provider_name, usage_attributes
 from tasks.telemetry.instruments import Instruments
@@ -63,8 +63,8 @@ def test_wanted_only_with_an_endpoint_or_an_exporter_and_never_when_disabled():
     assert switch.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert switch.wanted({"OTEL_TRACES_EXPORTER": "console"})
     assert not switch.wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
-    assert switch.capture_content({switch.CAPTURE_CONTENT: "True"})
-    assert not switch.capture_content({switch.CAPTURE_CONTENT: "1"})
+    assert content.capture_content({content.CAPTURE_CONTENT: "True"})
+    assert not content.capture_content({content.CAPTURE_CONTENT: "1"})
 
 
 def test_the_default_telemetry_is_one_shared_no_op():
