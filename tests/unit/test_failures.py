@@ -179,6 +179,7 @@ NOT_A_UNITS_FAILURE = {
     "tasks.client_core.NotFound": "an unknown id, raised to the caller",
     "tasks.client_core.Busy": "on_busy='reject' refused a message, raised to the caller; nothing was enqueued",
     "config.settings.SettingsError": "a bad setting stops the process at start, naming the variable",
+    "agent.messages.media.FileRefused": "a file a message cannot carry, refused to the caller before any enqueue",
 }
 
 
