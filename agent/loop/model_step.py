@@ -137,6 +137,7 @@ def send(
                 driver=config.driver,
                 on_retry=attempts.retried,
                 on_text=attempts.text,
+                on_reasoning=attempts.reasoning,
                 first_attempt=first_attempt,
             )
         except AttemptCut as cut:

@@ -86,7 +86,14 @@ class AnthropicProvider:
             raise _no_credentials()
         return client
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         cancel.raise_if_set()
         params: dict[str, Any] = {
             "model": request.model,
@@ -114,10 +121,12 @@ class AnthropicProvider:
             for event in stream:
                 raw = cast(dict[str, Any], event)  # cast_to=object: the event's JSON as it came
                 accumulate(raw, snapshot)
-                if on_text is not None and raw.get("type") == "content_block_delta":
+                if raw.get("type") == "content_block_delta":
                     delta = raw["delta"]
-                    if delta.get("type") == "text_delta":
+                    if on_text is not None and delta.get("type") == "text_delta":
                         on_text(delta["text"])
+                    elif on_reasoning is not None and delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                        on_reasoning(delta["thinking"])
                 cancel.raise_if_set()
         except Cancelled as stop:
             raise AttemptCut(stop.reason, snapshot.usage) from None
