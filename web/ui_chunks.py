@@ -72,7 +72,9 @@ def text_part_id(key: Attempt) -> str:
 
 
 def reasoning_part_id(key: Attempt) -> str:
-    return f"{key[0]}/a{key[1]}/reasoning"
+    """The step's reasoning part: unlike a text part, the SDK keeps this id in the message, so it names the step only
+    (the history, which knows no attempts, assembles the same part; a discarded attempt's part is gone by then)."""
+    return f"{key[0]}/reasoning"
 
 
 def advance(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chunk]]:
