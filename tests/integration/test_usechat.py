@@ -58,7 +58,7 @@ def scripts(run: str) -> ByConversation:
             # Its first attempt streams a whole thinking block and breaks before its call (start, ping, the block's
             # start, three deltas, its signature, its stop: 8 events).
             f"{run}-thinking": [
-                failing(Fault("drop", after_events=8), thought("SENTINEL thoughts", tool_call("lookup", {"key": "k2"}))),
+                failing(Fault("drop", after_events=8), thought("SENTINEL thoughts", tool_call("lookup", {"key": "k"}))),
                 thought("Look k2 up.", tool_call("lookup", {"key": "k2"})),
                 thought("Answer now.", text("It is k2.")),
             ],
