@@ -51,6 +51,9 @@ class ProviderRequest:
     temperature: float | None = None  # None: the API's default, not sent
     # The agent's thinking (None: off): "low", "medium", "high" or a number of tokens; each provider maps it.
     thinking: str | int | None = None
+    # The messages keep thinking blocks whose prefix Baton changed and the API must drop itself (a provider that binds
+    # thinking to its prefix asks for that; agent/history/binding.py).
+    drop_stale_thinking: bool = False
 
 
 @dataclass(frozen=True)
