@@ -34,6 +34,8 @@ EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr
 # Live text rides in the same stream, so its order against the events is the stream's order; it is not
 # one of the events `Client.events` returns, and it is deleted a while after its unit settles.
 TEXT_DELTA = "text.delta"
+REASONING_DELTA = "reasoning.delta"  # the model's reasoning as it streams: the fields and fencing of text.delta
+LIVE_DELTAS = frozenset({TEXT_DELTA, REASONING_DELTA})
 TERMINAL_TURN = frozenset({"turn.completed", "turn.failed", "turn.stopped"})
 TERMINAL_RUN = frozenset({"run.completed", "run.failed", "run.stopped"})
 
@@ -52,7 +54,7 @@ class Event(BaseModel):
 
 def encode_event(kind: str, owner_id: str, data: dict[str, Any], *, at: float | None = None) -> str:
     """The stored form (the stream id is added on read). `owner_id` is `chat:ID` or `run:ID`."""
-    if kind not in EVENT_TYPES and kind != TEXT_DELTA:
+    if kind not in EVENT_TYPES and kind not in LIVE_DELTAS:
         raise ValueError(f"unknown event type {kind!r}")
     owner_kind, _, ident = owner_id.partition(":")
     body = {"type": kind, "at": time.time() if at is None else at, f"{owner_kind}_id": ident, **data}

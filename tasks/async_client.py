@@ -225,9 +225,9 @@ class AsyncClient(AsyncApprovals):
         return core.events_of(read_entries(found or []))
 
     async def stream(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> AsyncIterator[Event]:
-        """What the SSE stream carries (every event and `text.delta`), after the event id `after` (exclusive;
-        None: from the start of the retained history), live, until the caller stops iterating. The same reader
-        as the HTTP stream (`tasks.store.tail`); an unreadable entry is skipped."""
+        """What the SSE stream carries (every event, `text.delta` and `reasoning.delta`), after the event id `after`
+        (exclusive; None: from the start of the retained history), live, until the caller stops iterating. The same
+        reader as the HTTP stream (`tasks.store.tail`); an unreadable entry is skipped."""
         try:
             await self.learn_slots()
             owner = await self._owner(ident, kind)

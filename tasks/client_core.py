@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.events import TEXT_DELTA, Event, decode_event, encode_event
+from agent.events import LIVE_DELTAS, Event, decode_event, encode_event
 from tasks.store import keys
 from tasks.store.agents import Published
 from tasks.store.approvals import Decided
@@ -327,13 +327,14 @@ def events_of(entries: Iterable[Entry]) -> list[Event]:
     out: list[Event] = []
     for stream_id, fields in entries:
         event = decode_event(stream_id, fields.get(b"e", b""))
-        if event is not None and event.type != TEXT_DELTA:
+        if event is not None and event.type not in LIVE_DELTAS:
             out.append(event)
     return out
 
 
 def stream_event(stream_id: str, raw: bytes | str) -> Event | None:
-    """One entry of the live stream (events and `text.delta`) as an `Event`; None for an unreadable one."""
+    """One entry of the live stream (events, `text.delta` and `reasoning.delta`) as an `Event`; None for an unreadable
+    one."""
     return decode_event(stream_id, raw)
 
 

@@ -4,14 +4,16 @@ The input is what Baton's own SSE stream carries for the turn, in stream order (
 dicts with `type`); the output is `ui-message-chunks.ts`'s chunks. The whole turn is one UI message (id: the
 turn's first model step, `first_message_id`), each model step a `start-step` ... `finish-step`:
 
-- live text: `text-start` / `text-delta` / `text-end`, one text part per (step, attempt);
+- live text: `text-start` / `text-delta` / `text-end`, one text part per (step, attempt); live reasoning
+  (`reasoning.delta`): `reasoning-start` / `reasoning-delta` / `reasoning-end` the same way, one part open at a time
+  (the model's reasoning comes before its text: a text delta closes the reasoning part, and back);
 - a tool call: `tool-input-available`; its result: `tool-output-available`, or `tool-output-error` when
   `is_error` (the result's text comes in the item's `content`, which the stream's reader adds: events do not
   carry tool output); a call that waits for a person: `tool-approval-request` (approval id = the call's id),
   and the decision `tool-approval-response`;
 - a discarded attempt (`turn.retry` with `discarded: true`) or the attempt a stop or failure cut: `reset-step`,
-  which makes the client drop the step's parts, exactly the text Baton voids (its fencing puts every delta of
-  a discarded attempt before the event that discards it); the replayed attempt's text follows in the same step;
+  which makes the client drop the step's parts, exactly the text and reasoning Baton voids (its fencing puts every
+  delta of a discarded attempt before the event that discards it); the replayed attempt's text follows in the step;
 - a notice of the transcript (`notice`, an item only the history, web/ui_messages.py, feeds in): a text part;
 - the end: `finish` with `stop` (completed), `interrupted` (stopped, after the notice as a text part),
   `error` (after an `error` chunk naming the failure class), or `tool-calls` when the turn parks for an
@@ -50,7 +52,8 @@ class TurnChunks:
     step_has_parts: bool = False  # an emptied step (all its text reset) is reused rather than closed
     after_results: bool = False  # results came in: the model's next output is a new step
     text: Attempt | None = None  # the open text part's attempt
-    streamed: frozenset[Attempt] = frozenset()  # attempts with text in the open step
+    reasoning: Attempt | None = None  # the open reasoning part's attempt
+    streamed: frozenset[Attempt] = frozenset()  # attempts with text or reasoning in the open step
     discarded: frozenset[Attempt] = frozenset()
     calls: tuple[str, ...] = ()  # tool calls the client was told of, in order
     step_calls: frozenset[str] = frozenset()  # those of the open step (a reset-step drops them too)
@@ -68,13 +71,21 @@ def text_part_id(key: Attempt) -> str:
     return f"{key[0]}/a{key[1]}"
 
 
+def reasoning_part_id(key: Attempt) -> str:
+    """The step's reasoning part: unlike a text part, the SDK keeps this id in the message, so it names the step only
+    (the history, which knows no attempts, assembles the same part; a discarded attempt's part is gone by then)."""
+    return f"{key[0]}/reasoning"
+
+
 def advance(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chunk]]:
     """The chunks one stream item adds, and the state after it."""
     if state.done or item.get("turn_id") != state.turn_id:
         return state, []
     kind = item.get("type")
     if kind == "text.delta":
-        return _delta(state, item)
+        return _delta(state, item, reasoning=False)
+    if kind == "reasoning.delta":
+        return _delta(state, item, reasoning=True)
     if kind == "tool.called":
         return _called(state, item)
     if kind == "tool.approval_requested":
@@ -143,16 +154,19 @@ def chunks_of(turn_id: str, items: list[dict[str, Any]]) -> list[Chunk]:
 # -- the parts ---------------------------------------------------------------------------------------
 
 
-def _delta(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chunk]]:
+def _delta(state: TurnChunks, item: dict[str, Any], *, reasoning: bool) -> tuple[TurnChunks, list[Chunk]]:
+    """A piece of live text, or of reasoning: into the attempt's open part of that kind, opened (and the other
+    kind's closed) when it is not the open one."""
     key: Attempt = (str(item.get("message_id")), int(item.get("attempt") or 0))
     if key in state.discarded:  # never sent by a fenced writer; a reader that got one must not show it
         return state, []
     state, out = _enter_step(state, key[0])
-    if state.text != key:
+    kind, part = ("reasoning", reasoning_part_id(key)) if reasoning else ("text", text_part_id(key))
+    if (state.reasoning if reasoning else state.text) != key:
         state, closed = _close_text(state)
-        out += [*closed, {"type": "text-start", "id": text_part_id(key)}]
-        state = replace(state, text=key)
-    out.append({"type": "text-delta", "id": text_part_id(key), "delta": str(item.get("text", ""))})
+        out += [*closed, {"type": f"{kind}-start", "id": part}]
+        state = replace(state, reasoning=key) if reasoning else replace(state, text=key)
+    out.append({"type": f"{kind}-delta", "id": part, "delta": str(item.get("text", ""))})
     return replace(state, streamed=state.streamed | {key}, step_has_parts=True), out
 
 
@@ -206,7 +220,8 @@ def _void(state: TurnChunks, item: dict[str, Any]) -> tuple[TurnChunks, list[Chu
     # (A step's calls come after its text, so it holds none when an attempt is voided; were it to, the client
     # drops them with the step, and so does the fold.)
     calls = tuple(c for c in state.calls if c not in state.step_calls)
-    voided = replace(state, text=None, streamed=frozenset(), step_has_parts=False, calls=calls, step_calls=frozenset())
+    voided = replace(state, text=None, reasoning=None, streamed=frozenset(), step_has_parts=False, calls=calls,
+                     step_calls=frozenset())  # fmt: skip
     return voided, [{"type": "reset-step"}]
 
 
@@ -270,9 +285,13 @@ def _enter_step(state: TurnChunks, message_id: str | None) -> tuple[TurnChunks, 
 
 
 def _close_text(state: TurnChunks) -> tuple[TurnChunks, list[Chunk]]:
-    if state.text is None:
-        return state, []
-    return replace(state, text=None), [{"type": "text-end", "id": text_part_id(state.text)}]
+    """Close the open part, text or reasoning (at most one is open)."""
+    out: list[Chunk] = []
+    if state.reasoning is not None:
+        out.append({"type": "reasoning-end", "id": reasoning_part_id(state.reasoning)})
+    if state.text is not None:
+        out.append({"type": "text-end", "id": text_part_id(state.text)})
+    return (replace(state, text=None, reasoning=None), out) if out else (state, out)
 
 
 def _close_step(state: TurnChunks) -> tuple[TurnChunks, list[Chunk]]:

@@ -4,7 +4,8 @@ There is one mapping from Baton's records to what a `useChat` page shows, web/ui
 module only feeds it and reads its output:
 
 - a settled turn's transcript messages become the stream items its stream carried (`text.delta` per text block,
-  `tool.called` per call, `tool.result` per result, `notice` per notice) and go through `advance`;
+  `reasoning.delta` per thinking block with text, `tool.called` per call, `tool.result` per result, `notice` per
+  notice) and go through `advance`;
 - an unfinished turn's own stream items (read by the route, as a resume reads them) go through it as they are;
 - the chunks are assembled into a message as the SDK's `processUIMessageStream` assembles them (`assemble`).
 
@@ -12,8 +13,9 @@ So the history's assistant message of a turn is the message its stream builds, u
 `messageId`, `first_message_id`): a page that loads the history and then resumes the running turn
 (`useChat({resume: true})`) gets that message replaced by the replay, not a second copy of it.
 
-Reasoning and file parts: when ui_chunks emits `reasoning-*` and `file` chunks, `assemble` gains their cases
-(marked below) and `transcript_items` the blocks they come from; nothing else changes.
+File parts: when ui_chunks emits `file` chunks, `assemble` gains their case (marked below) and `transcript_items`
+the blocks they come from; nothing else changes. (A thinking block whose text the API left out, `display:
+"omitted"`, and a redacted one have no words to show: no part, as their stream streamed none.)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.messages import Message, NoticeBlock, TextBlock, ToolUseBlock
+from agent.messages import Message, NoticeBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked, settled
 
 UIMessage = dict[str, Any]
@@ -61,13 +63,12 @@ def transcript_items(turn_id: str, messages: Iterable[Message]) -> list[Item]:
             # An assistant message without an id comes from before ids were written: one of its own.
             step = message.message_id or f"{turn_id}:h{n}"
             for block in message.content:
-                if isinstance(block, TextBlock) and block.text:
-                    out.append({"type": "text.delta", "turn_id": turn_id, "message_id": step, "attempt": 0,
-                                "text": block.text})  # fmt: skip
+                if isinstance(block, TextBlock | ThinkingBlock) and (words := _words(block)):
+                    kind = "text.delta" if isinstance(block, TextBlock) else "reasoning.delta"
+                    out.append({"type": kind, "turn_id": turn_id, "message_id": step, "attempt": 0, "text": words})
                 elif isinstance(block, ToolUseBlock):
                     out.append({"type": "tool.called", "turn_id": turn_id, "message_id": step,
                                 "tool_use_id": block.id, "name": block.name, "input": block.input})  # fmt: skip
-                # (reasoning blocks: their items go here)
         elif message.role == "user":
             for result in message.tool_results:
                 out.append({"type": "tool.result", "turn_id": turn_id, "tool_use_id": result.tool_use_id,
@@ -77,6 +78,10 @@ def transcript_items(turn_id: str, messages: Iterable[Message]) -> list[Item]:
                 if isinstance(block, NoticeBlock):
                     out.append({"type": "notice", "turn_id": turn_id, "kind": block.kind, "text": block.text})
     return out
+
+
+def _words(block: TextBlock | ThinkingBlock) -> str:
+    return block.text if isinstance(block, TextBlock) else block.thinking
 
 
 def turns_of(transcript: list[Message], unfinished: Iterable[str]) -> list[Turn]:
@@ -139,6 +144,7 @@ def assemble(chunks: Iterable[Chunk]) -> UIMessage:
     message: UIMessage = {"id": "", "role": "assistant", "parts": []}
     parts: list[dict[str, Any]] = message["parts"]
     texts: dict[str, dict[str, Any]] = {}  # open text parts by chunk id
+    thoughts: dict[str, dict[str, Any]] = {}  # open reasoning parts by chunk id
 
     def call(ident: str) -> dict[str, Any]:
         return next(p for p in parts if p.get("toolCallId") == ident)
@@ -156,7 +162,14 @@ def assemble(chunks: Iterable[Chunk]) -> UIMessage:
             texts[chunk["id"]]["text"] += chunk["delta"]
         elif kind == "text-end":
             texts.pop(chunk["id"])["state"] = "done"
-        # (reasoning-start / -delta / -end and file: their parts go here, as text's do)
+        elif kind == "reasoning-start":  # the SDK's reasoning part keeps its chunk id
+            thoughts[chunk["id"]] = {"type": "reasoning", "id": chunk["id"], "text": "", "state": "streaming"}
+            parts.append(thoughts[chunk["id"]])
+        elif kind == "reasoning-delta":
+            thoughts[chunk["id"]]["text"] += chunk["delta"]
+        elif kind == "reasoning-end":
+            thoughts.pop(chunk["id"])["state"] = "done"
+        # (file: its part goes here, as text's does)
         elif kind == "tool-input-available":
             parts.append({"type": f"tool-{chunk['toolName']}", "toolCallId": chunk["toolCallId"],
                           "state": "input-available", "input": chunk["input"]})  # fmt: skip
@@ -176,6 +189,7 @@ def assemble(chunks: Iterable[Chunk]) -> UIMessage:
             starts = [n for n, p in enumerate(parts) if p["type"] == "step-start"]
             del parts[(starts[-1] + 1 if starts else 0) :]
             texts.clear()
+            thoughts.clear()
         # finish-step, finish, error: no part (an error is the client's `onError`; its notice is a text part)
     return message
 

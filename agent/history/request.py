@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agent.history.binding import bind_thinking
 from agent.history.caching import CACHE_CONTROL, MAX_BREAKPOINTS, system_blocks, with_breakpoints
 from agent.history.context import LOW_WATERMARK, Fit, Sizes, choose_cut, elide, estimate_tokens
 from agent.provider.base import ProviderRequest
@@ -64,16 +65,18 @@ def token_scale(reported_prompt_tokens: int, estimate: int) -> float:
 
 
 def build_request(shape: RequestShape, messages: list[dict[str, Any]], *, cut: int) -> ProviderRequest:
-    """The wire request: old results elided up to `cut`, cache breakpoints placed when caching is on."""
+    """The wire request: old results elided up to `cut`, cache breakpoints placed when caching is on, and the thinking
+    whose prefix that changed left out, or left to the API to drop (agent/history/binding.py)."""
     sent = elide(messages, cut)
     system: str | list[dict[str, Any]] | None
     if not shape.prompt_cache:
         tools, system = list(shape.tools), shape.system
     else:
         tools, system, sent = with_breakpoints(shape.tools, shape.system, sent)
+    bound = bind_thinking(system, tools, sent, thinking_on=shape.thinking is not None)
     return ProviderRequest(
-        model=shape.model, messages=sent, tools=tools, system=system, max_tokens=shape.max_tokens,
-        temperature=shape.temperature, thinking=shape.thinking,
+        model=shape.model, messages=bound.messages, tools=tools, system=system, max_tokens=shape.max_tokens,
+        temperature=shape.temperature, thinking=shape.thinking, drop_stale_thinking=bound.drop_stale,
     )
 
 

@@ -98,6 +98,10 @@ class Attempts:
         """A piece of an attempt's text, streamed live (`request_with_replay`'s `on_text`)."""
         self._live.text(self.message_id, attempt, text)
 
+    def reasoning(self, attempt: int, text: str) -> None:
+        """A piece of an attempt's reasoning, streamed live (`request_with_replay`'s `on_reasoning`)."""
+        self._live.reasoning(self.message_id, attempt, text)
+
     def cut(self, usage: TokenUsage) -> None:
         """A stop or drain cut an attempt the provider had started on: count it, journaled for the next execution."""
         self._state.usage.add(usage, attempts=1, discarded=1)

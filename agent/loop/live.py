@@ -1,9 +1,11 @@
-"""Live text: where a model step's text goes while it streams, before the step is journaled.
+"""Live text: where a model step's text (and its reasoning) goes while it streams, before the step is journaled.
 
 Each step has a `message_id` that stays the same across its attempts (replays in one execution, and
 executions after a drain or a lost worker); each attempt has a number that only grows. The rule
 clients rely on: every piece of text of an attempt that is later discarded is published before the
-event that discards it, so dropping discarded attempts leaves exactly the text the transcript keeps.
+event that discards it, so dropping discarded attempts leaves exactly the text the transcript keeps. Reasoning
+(`reasoning.delta`) is live text of another kind, numbered and fenced the same way: a discarded attempt's
+reasoning goes with its text.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class LiveText(Protocol):
         """A piece of text of one attempt, in order."""
         ...
 
+    def reasoning(self, message_id: str, attempt: int, text: str) -> None:
+        """A piece of the reasoning of one attempt, in order (before its text, as the model produces it)."""
+        ...
+
     def discarded(self, message_id: str, attempt: int) -> None:
         """An attempt is void; the event saying so is about to be published."""
         ...
@@ -47,6 +53,9 @@ class NoLiveText:
         return StepStart(0)
 
     def text(self, message_id: str, attempt: int, text: str) -> None:
+        return None
+
+    def reasoning(self, message_id: str, attempt: int, text: str) -> None:
         return None
 
     def discarded(self, message_id: str, attempt: int) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
+from agent.history.binding import prefix_digest
 from agent.history.context import Fit, choose_cut, compaction_for, fit_at
 from agent.history.repair import RequestHistory
 from agent.history.request import RequestShape, build_request, plan_cut, token_scale
@@ -26,7 +27,7 @@ from agent.loop.live import LiveText
 from agent.loop.policy import Driver
 from agent.loop.state import LoopState
 from agent.messages import AnswerBlock, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
-from agent.provider.base import Answer, AttemptCut, Provider, TokenUsage
+from agent.provider.base import Answer, AttemptCut, Provider, ProviderRequest, TokenUsage
 from agent.provider.replay import RequestFailed, request_with_replay
 from agent.telemetry import telemetry
 
@@ -56,7 +57,8 @@ def model_step(
     message_id = step_message_id(config, state)
     plan = plan_request(history, view, state, tool_specs, edge, config)
     attempts = Attempts.open(edge, state, config, live, message_id, may_compact=not plan.compacted)
-    answer, fit = send(provider, plan, attempts, cancel, config)
+    answer, fit, request = send(provider, plan, attempts, cancel, config)
+    answer = bound_to(answer, request)
     record_answer(answer, fit, attempts, state, edge, config, servers)
     return answer
 
@@ -119,9 +121,9 @@ def plan_request(
 
 def send(
     provider: Provider, plan: RequestPlan, attempts: Attempts, cancel: CancelToken, config: LoopConfig
-) -> tuple[Answer, Fit]:
+) -> tuple[Answer, Fit, ProviderRequest]:
     """Send the planned request with replay; on "prompt is too long", elide more and re-send, once per step.
-    Returns the answer and the fit it was sent with."""
+    Returns the answer, the fit it was sent with and the request that got it."""
     fit = plan.fit
     while True:
         request = build_request(plan.shape, plan.messages, cut=fit.cut)
@@ -137,6 +139,7 @@ def send(
                 driver=config.driver,
                 on_retry=attempts.retried,
                 on_text=attempts.text,
+                on_reasoning=attempts.reasoning,
                 first_attempt=first_attempt,
             )
         except AttemptCut as cut:
@@ -150,7 +153,22 @@ def send(
             attempts.compacted(failed, refit.cut)
             fit = refit
             continue
-        return outcome.answer, fit
+        return outcome.answer, fit, request
+
+
+def bound_to(answer: Answer, request: ProviderRequest) -> Answer:
+    """The answer with its signed reasoning bound to the prefix it was produced after (the whole request): what later
+    requests check before they send it back (agent/history/binding.py). Unsigned reasoning has nothing to bind."""
+    if not any(isinstance(b, RedactedThinkingBlock) or (isinstance(b, ThinkingBlock) and b.signature)
+               for b in answer.content):  # fmt: skip
+        return answer
+    digest = prefix_digest(request.system, request.tools, request.messages)
+    content = tuple(
+        b.model_copy(update={"bound_to": digest})
+        if isinstance(b, RedactedThinkingBlock) or (isinstance(b, ThinkingBlock) and b.signature) else b
+        for b in answer.content
+    )  # fmt: skip
+    return replace(answer, content=content)
 
 
 def _compacted(failed: RequestFailed, shape: RequestShape, messages: list[dict[str, Any]], fit: Fit) -> Fit | None:

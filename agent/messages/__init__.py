@@ -49,6 +49,8 @@ class ThinkingBlock(_Block):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str | None = None
+    # Baton's own: the digest of the request prefix the block was produced after (agent/history/binding.py); not sent.
+    bound_to: str | None = None
 
 
 class RedactedThinkingBlock(_Block):
@@ -56,6 +58,7 @@ class RedactedThinkingBlock(_Block):
 
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
+    bound_to: str | None = None  # as a thinking block's
 
 
 class NoticeBlock(_Block):
@@ -74,6 +77,9 @@ Block = Annotated[
 # What a model's answer holds, in the order it produced it.
 AnswerBlock = TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock
 REASONING = (ThinkingBlock, RedactedThinkingBlock)
+# The key under which to_api hands a reasoning block's `bound_to` to the request's binding check, which removes it
+# (agent/history/binding.py): the wire never carries it.
+BOUND = "_bound_to"
 Role = Literal["user", "assistant", "notice"]
 
 
@@ -159,7 +165,10 @@ def block_to_api(block: AnswerBlock | ToolResultBlock) -> dict[str, Any]:
         return out
     if isinstance(block, ThinkingBlock) and block.signature is None:
         return {"type": "thinking", "thinking": block.thinking}  # a compatible server's: nothing to verify
-    return block.model_dump()
+    out = block.model_dump(exclude={"bound_to"})
+    if isinstance(block, REASONING) and block.bound_to is not None:
+        out[BOUND] = block.bound_to
+    return out
 
 
 def to_api(

@@ -17,6 +17,7 @@ from typing import Any, cast
 import anthropic
 import httpx2
 from anthropic import Stream
+from anthropic._types import RequestOptions
 
 from agent.errors import Cancelled, ProviderError
 from agent.history.request import calls_as_text
@@ -27,6 +28,7 @@ from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, Pro
 from agent.provider.reducer import Snapshot, accumulate
 from agent.provider.shards import Shards
 
+BINDING_BETA = "thinking-binding-controls-2026-08-01"  # `thinking.block_binding` (anthropic 2.16's beta types)
 NO_CREDENTIALS = (
     "no Anthropic credentials are configured: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or an Anthropic "
     "profile) in the workers' environment"
@@ -86,7 +88,14 @@ class AnthropicProvider:
             raise _no_credentials()
         return client
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         cancel.raise_if_set()
         params: dict[str, Any] = {
             "model": request.model,
@@ -102,11 +111,15 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.temperature is not None:
             params["temperature"] = request.temperature
-        params.update(thinking_params(request.thinking))
+        params.update(thinking_params(request.thinking, drop_stale=request.drop_stale_thinking))
+        options: RequestOptions = {"headers": {"anthropic-beta": BINDING_BETA}} if request.drop_stale_thinking else {}
         snapshot = Snapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
         try:
-            stream = client.post("/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object])
+            stream = client.post(
+                "/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object],
+                options=options,
+            )  # fmt: skip
         except Exception as err:
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
         unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
@@ -114,10 +127,12 @@ class AnthropicProvider:
             for event in stream:
                 raw = cast(dict[str, Any], event)  # cast_to=object: the event's JSON as it came
                 accumulate(raw, snapshot)
-                if on_text is not None and raw.get("type") == "content_block_delta":
+                if raw.get("type") == "content_block_delta":
                     delta = raw["delta"]
-                    if delta.get("type") == "text_delta":
+                    if on_text is not None and delta.get("type") == "text_delta":
                         on_text(delta["text"])
+                    elif on_reasoning is not None and delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                        on_reasoning(delta["thinking"])
                 cancel.raise_if_set()
         except Cancelled as stop:
             raise AttemptCut(stop.reason, snapshot.usage) from None
@@ -139,14 +154,21 @@ class AnthropicProvider:
         return snapshot.to_answer()
 
 
-def thinking_params(thinking: str | int | None) -> dict[str, Any]:
+def thinking_params(thinking: str | int | None, *, drop_stale: bool = False) -> dict[str, Any]:
     """The Messages API's form of an agent's thinking: a level is adaptive thinking at that effort (what the current
-    models take), a number of tokens the `budget_tokens` of enabled thinking (what the earlier ones take)."""
+    models take), a number of tokens the `budget_tokens` of enabled thinking (what the earlier ones take). With
+    `drop_stale`, thinking blocks whose prefix changed are the API's to drop (`block_binding`, a beta: the request
+    carries `BINDING_BETA`), where a request cannot leave them out itself (agent/history/binding.py)."""
     if thinking is None:
         return {}
+    config: dict[str, Any] = (
+        {"type": "enabled", "budget_tokens": thinking} if isinstance(thinking, int) else {"type": "adaptive"}
+    )
+    if drop_stale:
+        config["block_binding"] = {"prefix_mismatch_behavior": "drop_block"}
     if isinstance(thinking, int):
-        return {"thinking": {"type": "enabled", "budget_tokens": thinking}}
-    return {"thinking": {"type": "adaptive"}, "output_config": {"effort": thinking}}
+        return {"thinking": config}
+    return {"thinking": config, "output_config": {"effort": thinking}}
 
 
 def signed_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

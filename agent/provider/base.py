@@ -7,8 +7,8 @@ with its `<name>_errors.py`) that owns everything about its API, and nothing els
 
 1. the body: its API's request built from a `ProviderRequest` (a pure function, unit-tested);
 2. the stream: its API's events reduced into one `Answer` (text and `ToolUseBlock`s, `TokenUsage` in Baton's
-   four fields), text passed to `on_text` as it arrives; only a stream its API says is complete becomes an
-   Answer, anything less raises `AttemptFailed` (never a tool call from a broken stream);
+   four fields), text passed to `on_text` and reasoning to `on_reasoning` as they arrive; only a stream its API
+   says is complete becomes an Answer, anything less raises `AttemptFailed` (never a tool call from a broken stream);
 3. its failures: a classifier of its SDK's and transport's exceptions into `FailureClass`, registered with
    `agent.loop.failures.register_classifier` when its module is imported (a too-long request is `context_overflow`
    with the sizes it stated, so the loop compacts once);
@@ -51,6 +51,9 @@ class ProviderRequest:
     temperature: float | None = None  # None: the API's default, not sent
     # The agent's thinking (None: off): "low", "medium", "high" or a number of tokens; each provider maps it.
     thinking: str | int | None = None
+    # The messages keep thinking blocks whose prefix Baton changed and the API must drop itself (a provider that binds
+    # thinking to its prefix asks for that; agent/history/binding.py).
+    drop_stale_thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,19 @@ class AttemptCut(Cancelled):
         self.usage = usage
 
 
-TextSink = Callable[[str], None]
+TextSink = Callable[[str], None]  # a piece of live text (or, as `on_reasoning`, of live reasoning), in order
 
 
 class Provider(Protocol):
     """Stream one answer. Raises `AttemptFailed` for a broken attempt (its cause classified by the provider's
-    registered classifier), `AttemptCut` or `Cancelled` on stop or drain."""
+    registered classifier), `AttemptCut` or `Cancelled` on stop or drain. `on_reasoning` sees the reasoning the model
+    streams as text (a thinking block's, a compatible server's `reasoning_content`), `on_text` its answer's text."""
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer: ...
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer: ...

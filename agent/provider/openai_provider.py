@@ -70,7 +70,14 @@ class OpenAIProvider:
             raise _no_credentials()
         return client
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         cancel.raise_if_set()
         body = chat_body(request)
         snapshot = ChatSnapshot()
@@ -82,7 +89,11 @@ class OpenAIProvider:
         unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
         try:
             for chunk in stream:
+                thoughts = len(snapshot.reasoning)
                 added = accumulate(cast(dict[str, Any], chunk), snapshot)
+                if on_reasoning is not None:
+                    for thought in snapshot.reasoning[thoughts:]:  # a chunk's reasoning comes before its text
+                        on_reasoning(thought)
                 if added and on_text is not None:
                     on_text(added)
                 cancel.raise_if_set()

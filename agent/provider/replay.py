@@ -72,23 +72,27 @@ def request_with_replay(
     driver: Driver = Driver.CHAT_TURN,
     on_retry: Callable[[RetryNotice], None] | None = None,
     on_text: Callable[[int, str], None] | None = None,
+    on_reasoning: Callable[[int, str], None] | None = None,
     first_attempt: int = 1,
 ) -> Outcome:
     """Send `request` until one stream completes or the shared budget says stop.
 
     Attempts are numbered from `first_attempt` (an execution after a drain goes on from the attempts an
-    earlier one made); the budget counts this execution's attempts. `on_text(attempt, text)` sees the text.
+    earlier one made); the budget counts this execution's attempts. `on_text(attempt, text)` sees the text,
+    `on_reasoning(attempt, text)` the reasoning the model streams.
     """
     usage = TokenUsage()
     for attempt in range(1, budget + 1):
         cancel.raise_if_set()
         number = first_attempt + attempt - 1
-        sink: TextSink | None = None
+        sinks: dict[str, TextSink] = {}
         if on_text is not None:
-            sink = partial(on_text, number)
+            sinks["on_text"] = partial(on_text, number)
+        if on_reasoning is not None:
+            sinks["on_reasoning"] = partial(on_reasoning, number)
         try:
             with telemetry().attempt(provider, request, number) as traced:  # `chat MODEL`; discarded if it raises
-                answer = traced.answered(provider.stream(request, cancel=cancel, on_text=sink))
+                answer = traced.answered(provider.stream(request, cancel=cancel, **sinks))
         except AttemptFailed as failed:
             usage = usage + failed.usage
             found = classify(failed.cause)

@@ -84,7 +84,14 @@ class ScriptedProvider:
         self.requests: list[ProviderRequest] = []
         self._lock = threading.Lock()
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         cancel.raise_if_set()
         with self._lock:
             index = len(self.requests)

@@ -1,4 +1,5 @@
-"""Live text in Redis: a model step's text deltas, batched into the unit's event stream as they stream.
+"""Live text in Redis: a model step's text deltas (and its reasoning's, `reasoning.delta`), batched into the unit's
+event stream as they stream.
 
 Deltas are buffered and written about every `FLUSH_SECONDS`, never per token: by the process's one
 `LiveWriter`, all its streaming units' text in one round trip (or by the streaming thread itself past
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 
 import redis
 
-from agent.events import TEXT_DELTA, encode_event
+from agent.events import REASONING_DELTA, TEXT_DELTA, encode_event
 from agent.loop.live import StepStart
 from tasks.execution.live_writer import LiveWriter, live_writer
 from tasks.store import keys
@@ -51,9 +52,10 @@ class RedisLiveText:
         self._key = keys.live(owner_id, unit_id, generation)
         self._events_key = keys.events(owner_id)
         self._cv = threading.Condition()
-        self._pending: list[tuple[str, int, str]] = []  # (message id, attempt, text), coalesced per attempt
+        # (kind, message id, attempt, text), in stream order, coalesced while the kind and attempt stay the same
+        self._pending: list[tuple[str, str, int, str]] = []
         self._pending_chars = 0
-        self._next_index: dict[tuple[str, int], int] = {}
+        self._next_index: dict[tuple[str, str, int], int] = {}  # each kind's deltas of an attempt numbered apart
         self._attempts: dict[str, dict[str, int]] | None = None  # message id -> {"started", "discarded"}
         if loaded is not None:
             self._attempts = _marks(loaded)
@@ -74,6 +76,14 @@ class RedisLiveText:
         return StepStart(started, orphaned=started if started > discarded else None)
 
     def text(self, message_id: str, attempt: int, text: str) -> None:
+        self._add(TEXT_DELTA, message_id, attempt, text)
+
+    def reasoning(self, message_id: str, attempt: int, text: str) -> None:
+        self._add(REASONING_DELTA, message_id, attempt, text)
+
+    def _add(self, kind: str, message_id: str, attempt: int, text: str) -> None:
+        """Buffer a delta of `kind` (`text.delta`, `reasoning.delta`): an attempt that streamed either is started,
+        and is the one in flight (a stop voids it)."""
         if not text:
             return
         with self._cv:
@@ -82,10 +92,10 @@ class RedisLiveText:
                 attempts["started"] = attempt
                 self._dirty.add(message_id)
             self._in_flight = (message_id, attempt)
-            if self._pending and self._pending[-1][:2] == (message_id, attempt):
-                self._pending[-1] = (message_id, attempt, self._pending[-1][2] + text)
+            if self._pending and self._pending[-1][:3] == (kind, message_id, attempt):
+                self._pending[-1] = (kind, message_id, attempt, self._pending[-1][3] + text)
             else:
-                self._pending.append((message_id, attempt, text))
+                self._pending.append((kind, message_id, attempt, text))
             self._pending_chars += len(text)
             due = self._pending_chars >= FLUSH_CHARS
             if not due and not self._asked:
@@ -133,11 +143,11 @@ class RedisLiveText:
         """The fence's prelude: buffered deltas and attempt marks, emptied into the batch being written."""
         batch = Batch()
         with self._cv:
-            for message_id, attempt, text in self._pending:
-                index = self._next_index.get((message_id, attempt), 0)
-                self._next_index[(message_id, attempt)] = index + 1
+            for kind, message_id, attempt, text in self._pending:
+                index = self._next_index.get((kind, message_id, attempt), 0)
+                self._next_index[(kind, message_id, attempt)] = index + 1
                 data = {"turn_id": self._unit_id, "message_id": message_id, "attempt": attempt, "index": index}
-                batch.xadd(self._events_key, encode_event(TEXT_DELTA, self._owner_id, {**data, "text": text}))
+                batch.xadd(self._events_key, encode_event(kind, self._owner_id, {**data, "text": text}))
             if self._dirty and self._attempts is not None:
                 marks = {m: json.dumps(self._attempts[m]) for m in sorted(self._dirty)}
                 batch.hset(self._key, marks, raw=True).add("PEXPIRE", self._key, str(LIVE_RETENTION_MS))

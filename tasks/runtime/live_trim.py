@@ -1,4 +1,4 @@
-"""Deleting a settled unit's live text: its `text.delta` entries go once their retention is up.
+"""Deleting a settled unit's live text: its `text.delta` and `reasoning.delta` entries go once their retention is up.
 
 The transcript is the record of what was said; the deltas only serve clients that watch (or reconnect)
 while the unit runs, so keeping them would grow each chat's stream by every token ever streamed.
@@ -21,7 +21,7 @@ import json
 
 import redis
 
-from agent.events import TEXT_DELTA
+from agent.events import LIVE_DELTAS
 from tasks.store import indexes, keys
 from tasks.store.records import UnitRecord
 from tasks.store.replies import stream_entries, text
@@ -85,10 +85,11 @@ def _trim_unit(client: redis.Redis, stream: str, unit_id: str, since_ms: int) ->
 
 
 def _is_delta_of(raw: bytes | str, unit_id: str) -> bool:
-    if '"text.delta"' not in text(raw):  # most entries are not deltas; skip parsing them
+    body = text(raw)
+    if '"text.delta"' not in body and '"reasoning.delta"' not in body:  # most entries are not deltas: not parsed
         return False
     try:
         data = json.loads(raw)
     except ValueError:
         return False
-    return bool(data.get("type") == TEXT_DELTA and data.get("turn_id") == unit_id)
+    return bool(data.get("type") in LIVE_DELTAS and data.get("turn_id") == unit_id)

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.support.fake_anthropic import Fault, failing, text, tool_call
+from tests.support.fake_anthropic import Fault, failing, text, thought, tool_call
 from tests.support.fake_anthropic_sse import split_chunks
 from tests.support.held_stream import Gate, held
 
@@ -245,3 +245,36 @@ def test_an_approval_card_approves_and_the_answer_follows(served, page, shoot):
     assert event.model_extra["by"] == "Ada Lovelace"
     assert counting_tools.calls(served.client.redis, "deploy") == 1
     shoot(page, "6-approval-approved")
+
+
+def test_thinking_streams_folded_and_stays_folded_before_the_answer(served, page, shoot):
+    """A model that thinks first: while its reasoning streams, the live answer shows it folded (a closed `<details>`);
+    that attempt breaks and its reasoning goes with it; the settled answer keeps the replay's folded before the
+    answer's text, and opening it shows every word of it (and nothing of the broken attempt's)."""
+    chat, message = "page-think", "page-think: think, then answer"
+    thinking = "PLAN-3K first weigh the options, then pick the shortest one."
+    gate = Gate()
+    doomed = thought("SENTINEL-9T thoughts of an attempt that breaks", text("never said"))
+    served.router.add(message, [held(doomed, gate, hold_after=5, then="drop"),
+                                thought(thinking, text("The answer after thinking."))])  # fmt: skip
+
+    open_chat(page, served, chat)
+    send(page, message)
+    live = page.locator('[data-testid="live"] [data-testid="thinking"]')
+    expect(live).to_have_count(1, timeout=WAIT_MS)
+    expect(live).not_to_have_attribute("open", "")
+    expect(live.get_by_test_id("thinking-text")).to_be_hidden()
+    assert "SENTINEL-9T" in live.get_by_test_id("thinking-text").text_content()
+    shoot(page, "1-think-streaming-folded")
+    gate.open()
+
+    expect(final_text(page)).to_have_text("The answer after thinking.", timeout=WAIT_MS)
+    kept = page.locator('[data-testid="transcript"] [data-testid="thinking"]')
+    expect(kept).to_have_count(1)
+    expect(kept.get_by_test_id("thinking-text")).to_be_hidden()
+    body = page.locator('[data-testid="transcript"] [data-role="assistant"] .msg-body > *')
+    assert body.nth(0).get_attribute("data-testid") == "thinking", "the reasoning comes before the answer"
+    kept.locator("summary").click()
+    expect(kept.get_by_test_id("thinking-text")).to_have_text(thinking)
+    expect(page.get_by_text("SENTINEL-9T")).to_have_count(0)
+    shoot(page, "2-think-settled-opened")

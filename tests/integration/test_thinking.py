@@ -121,3 +121,30 @@ def test_a_chat_that_moves_to_another_model_does_not_send_it_the_old_thinking(st
     assert any(b.get("type") == "tool_use" for m in last["messages"] for b in m["content"] if isinstance(b, dict))
     assert fake.rejections == []
     assert any(b.type == "thinking" for m in client.transcript("think-4") for b in m.content)
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_a_thinking_block_altered_on_replay_answers_the_fakes_400(stack: Stack, provider):
+    """The guard the thinking tests stand on: the journaled thinking of a step is changed (one word) while its unit
+    waits for another worker; the resumed unit sends it back altered, and the fake refuses it exactly as the API
+    does ("Invalid `signature` in `thinking` block"): the turn fails as provider_bad_request, not silently on."""
+    fake = stack.fake_api
+    fake.set_handler(Script([thought("Write it, then wait.", tool_call("blocking_write", {"note": "x"})), STALL,
+                             text("Written.")]))
+    worker_a = stack.worker("a", concurrency=1, **THINKING)
+    client = stack.client()
+    ref = client.send_message("think-5", "write x")
+    r = redis.Redis.from_url(stack.redis_server.url)
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    worker_a.terminate()
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert worker_a.wait_exit(timeout=20) == 0
+    (journal,) = [k for k in r.scan_iter("*think-5*journal:*") if r.hexists(k, "model:0")]
+    record = r.hget(journal, "model:0")
+    assert record is not None and b"Write it, then wait." in record
+    r.hset(journal, "model:0", record.replace(b"Write it, then wait.", b"Write it, then rest."))
+    stack.worker("b", **THINKING)
+    result = client.wait(ref, timeout=60)
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure["class"] == "provider_bad_request", result.failure
+    assert any("Invalid `signature` in `thinking` block" in reason for reason in fake.rejections), fake.rejections

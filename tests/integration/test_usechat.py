@@ -23,7 +23,7 @@ import redis
 
 from tasks.store import keys
 from tasks.store.lease import holder_node
-from tests.support.fake_anthropic import ByConversation, Fault, Reply, failing, text, tool_call
+from tests.support.fake_anthropic import ByConversation, Fault, Reply, failing, text, thought, tool_call
 from tests.support.processes import REPO, Worker
 
 pytestmark = pytest.mark.integration
@@ -55,6 +55,13 @@ def scripts(run: str) -> ByConversation:
         {
             f"{run}-tool-round": [tool_call("lookup", {"key": "k1"}, text="Let me look that up."), text("It is k1.")],
             f"{run}-dropped": [failing(Fault("drop", after_events=7), doomed), text("The whole final answer.")],
+            # Its first attempt streams a whole thinking block and breaks before its call (start, ping, the block's
+            # start, three deltas, its signature, its stop: 8 events).
+            f"{run}-thinking": [
+                failing(Fault("drop", after_events=8), thought("SENTINEL thoughts", tool_call("lookup", {"key": "k"}))),
+                thought("Look k2 up.", tool_call("lookup", {"key": "k2"})),
+                thought("Answer now.", text("It is k2.")),
+            ],
             f"{run}-aborted": [slow("An answer long enough to abort midway through.")],
             f"{run}-last-event-id": [slow("Resumed after the last id it had seen.")],
             f"{run}-approval": [tool_call("deploy", {"env": "prod"}), text("Deployed to prod.")],

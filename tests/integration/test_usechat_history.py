@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_usechat import TOKEN, node_or_skip
-from tests.support.fake_anthropic import ByConversation, Fault, Reply, failing, text, tool_call
+from tests.support.fake_anthropic import ByConversation, Fault, Reply, failing, text, thought, tool_call
 from tests.support.processes import REPO
 
 pytestmark = pytest.mark.integration
@@ -42,6 +42,10 @@ def scripts(run: str) -> ByConversation:
                 failing(Fault("drop", after_events=7), doomed),
                 text("The second answer, replayed whole."),
             ],
+            f"{run}-thinking": [
+                thought("Look k3 up.", tool_call("lookup", {"key": "k3"})),
+                thought("Answer.", text("It is k3.")),
+            ],
             f"{run}-running": [slow("An answer that streams slowly enough to reload in the middle.")],
             f"{run}-approval": [tool_call("deploy", {"env": "prod"}), text("Deployed to prod.")],
             f"{run}-stopped": [slow("An answer that is stopped long before its end, so its notice shows.")],
@@ -65,4 +69,4 @@ def test_the_history_as_the_ai_sdk_reads_it(stack, serve, tmp_path: Path):
         )  # fmt: skip
     report = log_path.read_text()
     assert done.returncode == 0, report[-6000:] + "\n--- baton serve ---\n" + api.log()[-3000:]
-    assert " fail 0\n" in report and " pass 6\n" in report, report[-2000:]  # every case ran
+    assert " fail 0\n" in report and " pass 7\n" in report, report[-2000:]  # every case ran

@@ -93,6 +93,15 @@ describe('the history of a chat, as useChat({messages}) takes it', { concurrency
     assert.deepEqual(got[3], plain(second));
   });
 
+  test('a thinking turn: its reasoning parts, as its stream had them', async () => {
+    const id = `${RUN}-thinking`;
+    const first = await streamed(id, id);
+    const got = await history(id);
+    assert.equal(roles(got), 'user assistant');
+    assert.deepEqual(got[1].parts.filter(p => p.type === 'reasoning').map(p => p.text), ['Look k3 up.', 'Answer.']);
+    assert.deepEqual(got[1], plain(first));
+  });
+
   test('a reload mid-answer: the running turn\'s message so far, then the resume replaces it', async () => {
     const id = `${RUN}-running`;
     const live = new TestChat({ id });

@@ -63,6 +63,7 @@ function expectedParts(messages) {
   const out = [];
   for (const m of messages.filter(m => m.turn_id === turn && m.role === 'assistant')) {
     for (const b of m.content) {
+      if (b.type === 'thinking' && b.thinking) out.push({ reasoning: b.thinking });
       if (b.type === 'text') out.push({ text: b.text });
       if (b.type === 'tool_use') {
         const r = results.get(b.id);
@@ -76,6 +77,7 @@ function expectedParts(messages) {
 function partsOf(message) {
   const out = [];
   for (const p of message.parts) {
+    if (p.type === 'reasoning') out.push({ reasoning: p.text });
     if (p.type === 'text') out.push({ text: p.text });
     else if (p.type.startsWith('tool-')) {
       out.push({
@@ -89,6 +91,10 @@ function partsOf(message) {
 
 function textOf(message) {
   return message.parts.filter(p => p.type === 'text').map(p => p.text).join('');
+}
+
+function reasoningOf(message) {
+  return message.parts.filter(p => p.type === 'reasoning').map(p => p.text).join('');
 }
 
 // A minimal ChatState (what @ai-sdk/react's Chat keeps in React state), calling `changed` on every update.
@@ -155,6 +161,24 @@ describe('useChat against baton serve', { concurrency: true }, () => {
     assert.ok(!textOf(message).includes('SENTINEL'), `no word of the voided attempt: ${textOf(message)}`);
     assert.ok(chunks.some(c => c.type === 'reset-step'), 'a reset-step came');
     assert.deepEqual(partsOf(message), expectedParts(await transcript(id)));
+  });
+
+  test('a thinking tool round: reasoning parts, a broken attempt\'s reasoning reset with it', async () => {
+    const id = `${RUN}-thinking`;
+    const seen = [];
+    const { message, chunks, errors } = await assemble(await send(transport(), id, [userMessage(id)]), {
+      onMessage: m => seen.push(reasoningOf(m)),
+    });
+    assert.deepEqual(errors, []);
+    assert.equal(chunks.at(-1).finishReason, 'stop');
+    assert.ok(seen.some(t => t.includes('SENTINEL')), 'the broken attempt\'s reasoning streamed before it was voided');
+    assert.ok(!reasoningOf(message).includes('SENTINEL'), `no reasoning of the voided attempt: ${reasoningOf(message)}`);
+    assert.ok(chunks.some(c => c.type === 'reset-step'), 'a reset-step came');
+    assert.ok(chunks.some(c => c.type === 'reasoning-end'), 'reasoning parts are closed');
+    const expected = expectedParts(await transcript(id));
+    assert.deepEqual(expected.filter(p => p.reasoning).map(p => p.reasoning), ['Look k2 up.', 'Answer now.']);
+    assert.deepEqual(partsOf(message), expected);
+    assert.ok(message.parts.filter(p => p.type === 'reasoning').every(p => p.state === 'done'));
   });
 
   test('a fetch aborted mid-answer, then reconnectToStream: the transcript, nothing doubled; 204 after', async () => {

@@ -251,7 +251,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.headers.get("authorization", "").removeprefix("Bearer "),
         )
         if problem is None and authorized:
-            problem = validate_request(body, fake.enforce_tool_pairing)
+            problem = validate_request(body, fake.enforce_tool_pairing, self.headers.get("anthropic-beta", ""))
         if problem is None and authorized and (marks := breakpoint_count(body)) > MAX_BREAKPOINTS:
             problem = f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {marks}."
         index = fake._record(body if isinstance(body, dict) else None, problem if authorized else None)
@@ -333,7 +333,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     self.server.fake._release.wait(fault.seconds)
                 self._abort()
             return
-        events = sse.stream_events(*args, parts=reply.parts, cache=cache)
+        # A model with preserved thinking binds the reply's thinking to everything this request holds.
+        bound = sse.prefix_binding(body, len(body.get("messages") or [])) if sse.binds(body.get("model")) else None
+        events = sse.stream_events(*args, parts=reply.parts, cache=cache, bound=bound)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")

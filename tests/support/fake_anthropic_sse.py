@@ -111,8 +111,10 @@ def stream_events(
     *,
     parts: int = 3,
     cache: Mapping[str, int] | None = None,
+    bound: str | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them.
+    """The ordered (event type, data) pairs of a streamed Message, in the order the real API sends them. `bound`: the
+    prefix a model with preserved thinking binds the reply's thinking to (`prefix_binding`), carried in the signature.
 
     Event 1 is ``message_start``; a ``ping`` follows it (the real API sends one early, and clients must
     skip it). Fault positions (``Fault.after_events``) count positions in this list.
@@ -135,7 +137,7 @@ def stream_events(
             # As the API streams it: the text in deltas, then the signature in one delta just before the stop.
             head = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [{"type": "thinking_delta", "thinking": p} for p in split_chunks(block["thinking"], parts)]
-            deltas.append({"type": "signature_delta", "signature": sign(block["thinking"])})
+            deltas.append({"type": "signature_delta", "signature": sign(block["thinking"], bound)})
         else:  # anything else (e.g. redacted thinking) is sent whole in its start event
             head, deltas = block, []
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))
@@ -161,9 +163,40 @@ def stream_events(
 _SIGNING_KEY = b"fake-anthropic-thinking"
 
 
-def sign(thinking: str) -> str:
-    """The signature the fake gives a thinking block (and checks when the block comes back)."""
-    return "sig-" + hashlib.sha256(_SIGNING_KEY + thinking.encode("utf-8")).hexdigest()[:32]
+def sign(thinking: str, bound: str | None = None) -> str:
+    """The signature the fake gives a thinking block (and checks when the block comes back); on a model with preserved
+    thinking it also carries the prefix the block was produced after (`bound`)."""
+    base = "sig-" + hashlib.sha256(_SIGNING_KEY + thinking.encode("utf-8")).hexdigest()[:32]
+    return f"{base}.{bound}" if bound else base
+
+
+# Models that bind each thinking block to its prefix ("preserved thinking", from Claude Fable 5.1): a block whose
+# prefix (system, tools, earlier messages; cache marks aside) changed is a 400, or dropped with `drop_block`.
+PRESERVED_THINKING = ("claude-fable-5-1", "claude-fable-5-2", "claude-mythos-5-1", "claude-mythos-5-2",
+                      "claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5")  # fmt: skip
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+
+
+def binds(model: Any) -> bool:
+    """Whether `model` binds thinking blocks to their prefix."""
+    return isinstance(model, str) and model.startswith(PRESERVED_THINKING)
+
+
+def prefix_binding(body: Mapping[str, Any], upto: int) -> str:
+    """The fake's own digest of a request's prefix before message `upto`: system (a string read as one text block),
+    tools and those messages, cache marks left out (they are not part of what a block is bound to)."""
+    system = body.get("system")
+    system = [{"type": "text", "text": system}] if isinstance(system, str) else system or []
+    prefix = {"system": system, "tools": body.get("tools") or [], "messages": list(body.get("messages") or [])[:upto]}
+    return hashlib.sha256(json.dumps(_unmarked(prefix), sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _unmarked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value
 
 
 def thinking_usage(content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -172,17 +205,34 @@ def thinking_usage(content: list[dict[str, Any]]) -> dict[str, Any]:
     return {"output_tokens_details": {"thinking_tokens": max(1, chars // 4)}} if chars else {}
 
 
-def thinking_problem(body: Mapping[str, Any]) -> str | None:
+def thinking_problem(body: Mapping[str, Any], betas: str = "") -> str | None:
     """The 400 the real API gives a request whose reasoning is not what the model produced: a thinking block whose
-    text or signature changed anywhere, or, with thinking on, a tool loop whose assistant turn lost its thinking."""
+    text or signature changed anywhere; on a model with preserved thinking, a block whose prefix changed (unless the
+    request asks, with the beta, to drop such blocks); with thinking on, a tool loop whose assistant turn lost its
+    thinking."""
     messages = body.get("messages") or []
+    drop = ((body.get("thinking") or {}).get("block_binding") or {}).get("prefix_mismatch_behavior") == "drop_block"
+    if drop and BINDING_BETA not in betas:
+        return f"thinking.block_binding: this field requires the `anthropic-beta: {BINDING_BETA}` header"
+    dropped: set[tuple[int, int]] = set()
     for i, m in enumerate(messages):
         for j, b in enumerate(_blocks(m)):
-            if b.get("type") == "thinking" and b.get("signature") != sign(str(b.get("thinking", ""))):
+            if b.get("type") != "thinking":
+                continue
+            base, _, bound = str(b.get("signature", "")).partition(".")
+            if base != sign(str(b.get("thinking", ""))):
                 return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+            if bound and binds(body.get("model")) and bound != prefix_binding(body, i):
+                if not drop:
+                    return (
+                        f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to a "
+                        "different conversation. Remove the block, or set "
+                        '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".'
+                    )
+                dropped.add((i, j))
     on = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
     last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
-    if on and last is not None and last == len(messages) - 2:
+    if on and last is not None and last == len(messages) - 2 and (last, 0) not in dropped:
         blocks = _blocks(messages[last])
         looping = any(b.get("type") == "tool_use" for b in blocks)
         if looping and blocks and blocks[0].get("type") not in ("thinking", "redacted_thinking"):
@@ -233,7 +283,7 @@ def _blocks(message: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True) -> str | None:
+def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True, betas: str = "") -> str | None:
     """The 400 message the real API would give this body, or None if it is acceptable.
 
     Pairing matters most: a worker that retries a turn and re-appends a tool_use, or loses a tool_result,
@@ -279,7 +329,7 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True)
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
-    problem = thinking_problem(body)
+    problem = thinking_problem(body, betas)
     if problem is not None:
         return problem
     if not body.get("tools") and any(

@@ -191,7 +191,7 @@ def _too_long(*limits: int, provider: str = "anthropic"):
     class Limited(ScriptedProvider):
         refused: list[ProviderRequest] = []
 
-        def stream(self, request, *, cancel, on_text=None):
+        def stream(self, request, *, cancel, **sinks):
             size = request_tokens(request.tools, request.system, request.messages)
             if size > window[0]:
                 self.requests.append(request)
@@ -208,7 +208,7 @@ def _too_long(*limits: int, provider: str = "anthropic"):
                 if provider == "openai":
                     err = _openai_too_long(size, limit)
                 raise AttemptFailed(err, TokenUsage(), had_output=False)
-            return super().stream(request, cancel=cancel, on_text=on_text)
+            return super().stream(request, cancel=cancel, **sinks)
 
     return Limited
 
@@ -338,11 +338,11 @@ def test_an_attempt_cut_by_a_drain_is_billed_by_the_next_execution():
     billed = TokenUsage(input_tokens=3, cache_read_input_tokens=500, output_tokens=1)
 
     class Drained(ScriptedProvider):
-        def stream(self, request, *, cancel, on_text=None):
+        def stream(self, request, *, cancel, **sinks):
             if len(self.requests) == 1:
                 self.requests.append(request)
                 raise AttemptCut("drain", billed)
-            return super().stream(request, cancel=cancel, on_text=on_text)
+            return super().stream(request, cancel=cancel, **sinks)
 
     edge = MemoryEdge()
     first = Drained(reads(1))

@@ -147,3 +147,28 @@ def test_many_streaming_units_share_one_thread():
         assert found, "the writer wrote nothing"
         last += 1
     assert all(_texts(r, n) == ["ab"] for n in range(50))
+
+
+def test_reasoning_is_live_text_of_its_own_kind_in_stream_order_and_a_stop_voids_its_attempt():
+    """Reasoning and text of one attempt are written as `reasoning.delta` and `text.delta` in the order they streamed,
+    each kind's deltas numbered from 0 apart (a client places each in its own slot); an attempt that only reasoned so
+    far is the one in flight, so a stop names it (its reasoning is void like text) and a worker taking the step over
+    numbers its attempts after it."""
+    r = fakeredis.FakeRedis()
+    writer = _Rounds(r)
+    live, _ = _unit(r, 0, writer)
+    live.reasoning("m1", 1, "Let me ")
+    live.reasoning("m1", 1, "think.")
+    live.text("m1", 1, "Answer")
+    live.reasoning("m1", 1, " More.")
+    writer.write_round()
+    entries = [json.loads(f[b"e"]) for _, f in r.xrange(keys.events(keys.owner("chat", "c0")))]
+    assert [(e["type"], e["index"], e["text"]) for e in entries] == [
+        ("reasoning.delta", 0, "Let me think."), ("text.delta", 0, "Answer"), ("reasoning.delta", 1, " More."),
+    ]  # fmt: skip
+    assert all((e["turn_id"], e["message_id"], e["attempt"]) == ("t0", "m1", 1) for e in entries)
+    thinker, _ = _unit(r, 1, writer)
+    thinker.reasoning("m2", 1, "Only thinking so far.")
+    assert thinker.cut() == ("m2", 1)
+    writer.write_round()
+    assert thinker.begin("m2").attempts_before == 1

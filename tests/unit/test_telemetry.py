@@ -27,7 +27,7 @@ from tasks.telemetry.marks import Mark, cause_of, next_cause, outcome_name
 
 
 class AnthropicProvider:
-    def stream(self, request, *, cancel, on_text=None):
+    def stream(self, request, *, cancel, on_text=None, on_reasoning=None):
         raise AssertionError("not called")
 
 

@@ -82,3 +82,41 @@ def test_each_provider_maps_thinking_to_its_api():
 def test_a_thinking_setting_its_api_refuses_is_refused_at_start_naming_the_agent(agent, provider, words):
     with pytest.raises(AgentError, match=f"agent '{agent.name}': .*{words}"):
         Registry.build([agent], provider=provider, model="m", servers=[])
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_each_provider_streams_reasoning_live_apart_from_the_text(provider):
+    """Through the real SDK against its fake: the thinking deltas (a compatible server's `reasoning_content`) go to
+    `on_reasoning`, in order, before the text goes to `on_text`; together they are the answer's blocks."""
+    import anthropic
+    import openai
+
+    from agent.loop.cancel import CancelToken
+    from agent.provider.anthropic_provider import AnthropicProvider
+    from agent.provider.openai_provider import OpenAIProvider
+    from tests.support.fake_anthropic import FakeMessagesServer, Script, text, thought
+    from tests.support.fake_openai import FakeChatServer
+
+    fake = FakeMessagesServer() if provider == "anthropic" else FakeChatServer(api_key="k")
+    fake.start()
+    try:
+        fake.set_handler(Script([thought("First this, then that.", text("The answer."))]))
+        live: list[tuple[str, str]] = []
+        stream: AnthropicProvider | OpenAIProvider
+        if provider == "anthropic":
+            sdk = anthropic.Anthropic(base_url=fake.url, api_key="k", max_retries=0)
+            stream = AnthropicProvider(idle_timeout=5, client=sdk)
+        else:
+            stream = OpenAIProvider(idle_timeout=5, client=openai.OpenAI(base_url=fake.url, api_key="k", max_retries=0))
+        answer = stream.stream(
+            ProviderRequest(model="m", messages=[{"role": "user", "content": "hi"}], thinking="low"),
+            cancel=CancelToken(),
+            on_text=lambda t: live.append(("text", t)),
+            on_reasoning=lambda t: live.append(("reasoning", t)),
+        )
+    finally:
+        fake.stop()
+    kinds = [k for k, _ in live]
+    assert kinds == sorted(kinds, key=lambda k: k == "text") and len(kinds) > 2  # every piece of reasoning first
+    assert "".join(t for k, t in live if k == "reasoning") == answer.content[0].thinking == "First this, then that."
+    assert "".join(t for k, t in live if k == "text") == answer.text == "The answer."

@@ -255,3 +255,44 @@ def test_a_resume_mid_step_knows_the_open_steps_chunks():
         {"type": "text-delta", "id": f"{M1}/a1", "delta": "c"},
     ]
     assert step_so_far(step, [{"type": "reset-step"}]) == []
+
+
+def reasoning(message_id: str, attempt: int, index: int, text: str) -> dict[str, Any]:
+    return {**delta(message_id, attempt, index, text), "type": "reasoning.delta"}
+
+
+def test_reasoning_streams_as_its_own_part_before_the_text_and_a_discard_resets_it_with_the_text():
+    """`reasoning.delta` opens a reasoning part (one per attempt, as text's); the text that follows closes it; a
+    discarded attempt's reasoning goes with its step (`reset-step`, no `reasoning-end` for a part the client
+    forgot), and the replay's reasoning opens a part of its own."""
+    items = [
+        reasoning(M0, 1, 0, "Doomed "),
+        reasoning(M0, 1, 1, "thought."),
+        ev("turn.retry", message_id=M0, attempt=1, discarded=True, **{"class": "infra_transient"}),
+        reasoning(M0, 2, 0, "Kept thought."),
+        delta(M0, 2, 0, "Answer."),
+        ev("turn.completed", resumed=False),
+    ]
+    assert chunks_of(T, items) == [
+        {"type": "start", "messageId": M0},
+        {"type": "start-step"},
+        {"type": "reasoning-start", "id": f"{M0}/reasoning"},
+        {"type": "reasoning-delta", "id": f"{M0}/reasoning", "delta": "Doomed "},
+        {"type": "reasoning-delta", "id": f"{M0}/reasoning", "delta": "thought."},
+        {"type": "reset-step"},
+        {"type": "reasoning-start", "id": f"{M0}/reasoning"},
+        {"type": "reasoning-delta", "id": f"{M0}/reasoning", "delta": "Kept thought."},
+        {"type": "reasoning-end", "id": f"{M0}/reasoning"},
+        {"type": "text-start", "id": f"{M0}/a2"},
+        {"type": "text-delta", "id": f"{M0}/a2", "delta": "Answer."},
+        {"type": "text-end", "id": f"{M0}/a2"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop"},
+    ]
+
+
+def test_a_call_after_reasoning_closes_the_reasoning_part():
+    items = [reasoning(M0, 1, 0, "Look it up."), ev("tool.called", message_id=M0, tool_use_id="c", name="n", input={})]
+    assert kinds(chunks_of(T, items)) == [
+        "start", "start-step", "reasoning-start", "reasoning-delta", "reasoning-end", "tool-input-available",
+    ]  # fmt: skip

@@ -97,3 +97,32 @@ def test_notice_blocks_of_a_stop_read_back_as_the_streams_notice():
     ]
     parts = history(turns_of(transcript, []))[1]["parts"]
     assert parts == [{"type": "text", "text": "Stopped by user.", "state": "done"}]
+
+
+def test_thinking_reads_back_as_the_reasoning_part_its_stream_assembled():
+    """A settled turn's thinking blocks (with their words) are reasoning parts in the order produced; a redacted block
+    or one whose words the API omitted has nothing to show (its stream showed nothing either). The same message as
+    the live stream of that turn assembles."""
+    from agent.messages import RedactedThinkingBlock, ThinkingBlock
+
+    transcript = [
+        user_text("think", T1),
+        assistant(T1, "m0", ThinkingBlock(thinking="Look k1 up.", signature="s"), RedactedThinkingBlock(data="x"),
+                  ToolUseBlock(id="c1", name="lookup", input={"key": "k1"})),
+        results(T1, ToolResultBlock(tool_use_id="c1", content="k1=v")),
+        assistant(T1, "m1", ThinkingBlock(thinking="", signature="omitted"), TextBlock(text="It is v.")),
+    ]  # fmt: skip
+    (_, message) = history(turns_of(transcript, []))
+    rid = f"{T1}:m0/reasoning"
+    assert message["parts"][:2] == [{"type": "step-start"},
+                                    {"type": "reasoning", "id": rid, "text": "Look k1 up.", "state": "done"}]
+    assert [p["type"] for p in message["parts"]] == ["step-start", "reasoning", "tool-lookup", "step-start", "text"]
+    live = [
+        {"type": "reasoning.delta", "turn_id": T1, "message_id": f"{T1}:m0", "attempt": 1, "text": "Look k1 up."},
+        {"type": "tool.called", "turn_id": T1, "message_id": f"{T1}:m0", "tool_use_id": "c1", "name": "lookup",
+         "input": {"key": "k1"}},
+        {"type": "tool.result", "turn_id": T1, "tool_use_id": "c1", "is_error": False, "content": "k1=v"},
+        {"type": "text.delta", "turn_id": T1, "message_id": f"{T1}:m1", "attempt": 1, "text": "It is v."},
+        {"type": "turn.completed", "turn_id": T1},
+    ]  # fmt: skip
+    assert assemble(chunks_of(T1, live)) == message

@@ -7,7 +7,7 @@
 //   chats.js     the list of the chats this page may see
 //   app.js       this file: where we are (URL), the HTTP API, the live stream, the buttons
 
-import { DELTA, EVENT_TYPES, PageState, TERMINAL } from "./state.js";
+import { DELTAS, EVENT_TYPES, PageState, TERMINAL } from "./state.js";
 import { ChatView } from "./view.js";
 import { Timeline } from "./timeline.js";
 import { byId } from "./dom.js";
@@ -176,7 +176,7 @@ function connect(after) {
     window.setTimeout(() => connect(state.lastId), reconnectDelay);
     reconnectDelay = Math.min(reconnectDelay * 2, 15000);
   };
-  for (const type of [...EVENT_TYPES, DELTA]) source.addEventListener(type, receive);
+  for (const type of [...EVENT_TYPES, ...DELTAS]) source.addEventListener(type, receive);
   source.onmessage = receive; // an unnamed message: its type is inside the data
 }
 
@@ -193,7 +193,7 @@ function receive(msg) {
   const ev = { ...data, id: msg.lastEventId || data.id || null };
   const changed = state.receive(type, ev);
   if (changed === null) return; // applied already
-  if (type === DELTA) {
+  if (DELTAS.has(type)) {
     if (changed.attempt) timeline.attempt(changed.attempt);
   } else {
     timeline.event(type, ev);

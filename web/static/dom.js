@@ -34,6 +34,27 @@ export function compactJson(value) {
 }
 
 /**
+ * A live answer's new text (and reasoning) into the element already shown: its folded reasoning stays open if
+ * someone opened it. A part the new render lacks (a discarded attempt's) goes; a new answer joins after it.
+ */
+function growInPlace(have, want) {
+  for (const [sel, top] of [[".thinking-text", ".thinking"], [".answer", ".answer"]]) {
+    const w = want.querySelector(sel);
+    const hv = have.querySelector(sel);
+    if (w && hv) {
+      if (hv.textContent !== w.textContent) hv.textContent = w.textContent;
+    } else if (hv) {
+      hv.closest(top).remove();
+    } else if (w && top === ".answer") {
+      have.querySelector(".msg-body").append(w);
+    } else if (w) {
+      have.replaceWith(want); // reasoning after an answer already shown: drawn again, in its order
+      return;
+    }
+  }
+}
+
+/**
  * Bring `root`'s children in line with `nodes`. A growing answer (same `data-key`, `data-kind="text"`)
  * keeps its element and only its text changes, so a screen reader hears the addition rather than the whole
  * answer again; other nodes are replaced only when they differ, so a focused button survives a delta.
@@ -45,9 +66,7 @@ export function syncChildren(root, nodes) {
     if (!have) {
       root.append(want);
     } else if (have.dataset.key && have.dataset.key === want.dataset.key && want.dataset.kind === "text") {
-      const text = want.querySelector(".answer").textContent;
-      const answer = have.querySelector(".answer");
-      if (answer.textContent !== text) answer.textContent = text;
+      growInPlace(have, want);
     } else if (!have.isEqualNode(want)) {
       have.replaceWith(want);
     }

@@ -24,6 +24,9 @@ export const EVENT_TYPES = [
   "run.failed", "run.stopped",
 ];
 export const DELTA = "text.delta";
+// The model's reasoning as it streams: numbered and discarded with its attempt exactly as text is.
+export const REASONING = "reasoning.delta";
+export const DELTAS = new Set([DELTA, REASONING]);
 export const TERMINAL = new Set([
   "turn.completed", "turn.failed", "turn.stopped", "run.completed", "run.failed", "run.stopped",
 ]);
@@ -116,8 +119,8 @@ export class PageState {
     }
     this.applied += 1;
     const key = ev.turn_id || ev.run_id || this.runId;
-    if (type === DELTA) {
-      const attempt = key ? this.applyDelta(this.turnOf(key), ev) : null;
+    if (DELTAS.has(type)) {
+      const attempt = key ? this.applyDelta(this.turnOf(key), ev, type === REASONING) : null;
       return { transcript: false, run: false, attempt };
     }
     const turn = key ? this.turnOf(key) : null;
@@ -231,7 +234,8 @@ export class PageState {
     return `${turn.key}~${turn.epoch}~${messageId}`;
   }
 
-  applyDelta(turn, ev) {
+  /** A piece of an attempt's text, or of its reasoning (`reasoning`), in the slot of its own index. */
+  applyDelta(turn, ev, reasoning = false) {
     if (turn.status === "queued") turn.status = "running";
     turn.lastType = DELTA;
     const key = this.liveKey(turn, ev.message_id);
@@ -246,11 +250,11 @@ export class PageState {
     const isNew = !attempt;
     if (isNew) {
       const id = `${key}#${this.attempts.length}`;
-      attempt = { id, turnKey: turn.key, attempt: n, parts: [], discarded: false, at: ev.at, changed: true };
+      attempt = { id, turnKey: turn.key, attempt: n, parts: [], thinking: [], discarded: false, at: ev.at, changed: true };
       live.current.set(n, attempt);
       this.attempts.push(attempt);
     }
-    attempt.parts[Number(ev.index) || 0] = ev.text || "";
+    (reasoning ? attempt.thinking : attempt.parts)[Number(ev.index) || 0] = ev.text || "";
     attempt.changed = true;
     return isNew ? attempt : null;
   }
@@ -285,10 +289,10 @@ export class PageState {
     }
   }
 
-  liveText(live) {
+  liveText(live, field = "parts") {
     return [...live.current.values()]
       .sort((a, b) => a.attempt - b.attempt)
-      .map((a) => a.parts.join(""))
+      .map((a) => a[field].join(""))
       .join("");
   }
 
@@ -299,8 +303,10 @@ export class PageState {
       if (item.settledAt != null && this.transcriptAsOf >= item.settledAt) continue;
       if (item.kind === "text") {
         const live = this.live.get(item.key);
-        const text = live && !this.transcriptIds.messages.has(live.messageId) ? this.liveText(live) : "";
-        if (text) out.push({ ...item, text });
+        const shown = live && !this.transcriptIds.messages.has(live.messageId);
+        const text = shown ? this.liveText(live) : "";
+        const reasoning = shown ? this.liveText(live, "thinking") : "";
+        if (text || reasoning) out.push({ ...item, text, reasoning });
       } else if (item.kind === "tool") {
         const tool = this.tools.get(item.key);
         if (tool && !this.transcriptIds.tools.has(item.key)) out.push({ ...item, tool });

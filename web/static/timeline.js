@@ -146,9 +146,11 @@ export class Timeline {
       if (!row) continue;
       const count = rec.parts.filter((p) => p !== undefined).length;
       const chars = rec.parts.join("").length;
+      const thought = (rec.thinking || []).join("").length;
       const tags = [
         h("span", { class: "tag", "data-testid": "timeline-attempt", text: `attempt ${rec.attempt}` }),
         h("span", { class: "tag", text: `${count} delta${count === 1 ? "" : "s"} · ${chars} chars` }),
+        thought ? h("span", { class: "tag", "data-testid": "timeline-reasoning", text: `${thought} chars of reasoning` }) : null,
         rec.discarded ? h("span", { class: "tag tag-discarded", "data-testid": "timeline-discarded", text: "discarded" }) : null,
       ].filter(Boolean);
       const next = item("stream", "text.delta", "Text streamed", rec.at, tags, "");

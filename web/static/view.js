@@ -159,7 +159,8 @@ export class ChatView {
       if (item.kind === "text") {
         const turn = this.state.turns.get(item.turnKey);
         const who = answeredBy(turn && turn.agent, turn && turn.model);
-        const block = assistantBlock([{ type: "text", text: item.text }], new Map(), { live: true, who });
+        const blocks = [{ type: "thinking", thinking: item.reasoning }, { type: "text", text: item.text }];
+        const block = assistantBlock(blocks, new Map(), { live: true, who });
         block.dataset.key = item.key;
         block.dataset.kind = "text";
         return block;
@@ -281,7 +282,9 @@ function answeredBy(agent, model) {
 function assistantBlock(blocks, results, { live = false, continued = false, who = "" } = {}) {
   const body = [];
   for (const b of blocks) {
-    if (b.type === "text" && b.text) {
+    if (b.type === "thinking" && b.thinking) {
+      body.push(thinkingFold(b.thinking, live));
+    } else if (b.type === "text" && b.text) {
       body.push(h("div", { class: "answer", "data-testid": "assistant-text", "data-live": live ? "true" : null, text: b.text }));
     } else if (b.type === "tool_use") {
       const r = results.get(b.id);
@@ -297,6 +300,16 @@ function assistantBlock(blocks, results, { live = false, continued = false, who 
       h("span", { text: "Assistant" }),
       who ? h("span", { class: "msg-agent", "data-testid": "answered-by", text: ` · ${who}` }) : null),
     h("div", { class: "msg-body" }, body),
+  );
+}
+
+/** What the model reasoned before it answered: folded (a `<details>` closed until opened), in the order produced. */
+function thinkingFold(text, live) {
+  return h(
+    "details",
+    { class: "thinking", "data-testid": "thinking", "data-live": live ? "true" : null },
+    h("summary", { class: "thinking-summary", text: live ? "Thinking…" : "Thinking" }),
+    h("div", { class: "thinking-text", "data-testid": "thinking-text", text }),
   );
 }
 
