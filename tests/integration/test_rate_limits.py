@@ -1,0 +1,115 @@
+"""Fleet-wide rate limits through real workers: four `celery worker` processes share what the fake API's headers
+and 429s say, and keep under an agent's `RateLimits`, through one Redis (CONTRACT.md, "Spend")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Stack
+from tests.support.agents_rate_limited import LIMITED_RPM
+from tests.support.fake_anthropic import FakeMessagesServer, Fault, Reply, failing, text
+from tests.support.fake_rate_limit import FixedWindow, most_in_window
+from tests.support.processes import RedisServer, wait_until
+
+pytestmark = pytest.mark.integration
+
+WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One Redis, one fake Messages API and four workers (two units each) for the module: what each test proves
+    holds for any fleet, so they need not each start their own."""
+    tmp: Path = tmp_path_factory.mktemp("rate-limits")
+    redis_server = RedisServer(tmp / "redis").start()
+    fake = FakeMessagesServer(keep_alive=True).start()
+    stack = Stack(redis_server, fake, tmp)
+    stack.env["BATON_AGENTS"] = "tests.support.agents_rate_limited:AGENTS"
+    try:
+        for i in range(WORKERS):
+            stack.worker(f"rl{i}", concurrency=2)
+        yield stack
+    finally:
+        stack.stop()
+        fake.stop()
+        redis_server.stop()
+
+
+def _fake(stack: Stack) -> FakeMessagesServer:
+    assert stack.fake_api is not None
+    return stack.fake_api
+
+
+def _send_all(stack: Stack, prefix: str, turns: int, agent: str | None = None, timeout: float = 150) -> list[Any]:
+    client = stack.client()
+    refs = [client.send_message(f"{prefix}-{i}", f"{prefix} turn {i}", agent=agent) for i in range(turns)]
+    with ThreadPoolExecutor(16) as waiters:
+        return list(waiters.map(lambda ref: client.wait(ref, timeout=timeout), refs))
+
+
+@pytest.mark.timeout(180)
+def test_a_limited_provider_refuses_the_fleet_a_handful_of_times(fleet: Stack) -> None:
+    """A fake that takes 10 requests per 3 s window (429 with retry-after past them, its rate-limit headers on every
+    answer): 40 turns on 4 workers all complete, and the fake refuses at most a handful of requests. Each worker
+    finding out on its own (no shared state), the fleet meets a 429 at nearly every window, several of them."""
+    fake = _fake(fleet)
+    fake.set_handler(lambda body, index: text("within the limit"))
+    fake.limiter = FixedWindow(10, 3.0)
+    fake.rate_refused.clear()
+    try:
+        results = _send_all(fleet, "shared", 40)
+    finally:
+        fake.limiter = None
+    failed = [(r.status, r.failure) for r in results if r.status != "completed"]
+    assert failed == [], f"{len(failed)} of 40 turns did not complete, e.g. {failed[:3]}"
+    assert len(fake.rate_refused) <= 5, f"the fake refused {len(fake.rate_refused)} requests"
+
+
+@pytest.mark.timeout(180)
+def test_configured_limits_hold_in_every_window_of_a_minute(fleet: Stack) -> None:
+    """30 turns of an agent limited to 20 requests a minute, on 4 workers at once: no 60 s window of the requests the
+    fake received holds more than 21 (one over, as the contract allows), and every turn completes, the last ones
+    after the first have left the window."""
+    fake = _fake(fleet)
+    fake.set_handler(lambda body, index: text("limited"))
+    start = len(fake.delivered_at)
+    results = _send_all(fleet, "configured", 30, agent="limited", timeout=150)
+    assert [r.status for r in results].count("completed") == 30, [r.failure for r in results if r.failure][:3]
+    times = fake.delivered_at[start:]
+    assert len(times) == 30
+    assert most_in_window(times, 60.0) <= LIMITED_RPM + 1, f"{most_in_window(times, 60.0)} requests in one minute"
+
+
+@pytest.mark.timeout(120)
+def test_a_long_wait_goes_back_to_the_queue_and_spends_no_attempt(fleet: Stack) -> None:
+    """A 429 asking for 9 s on one chat: a turn of another chat sent meanwhile is not sent before the 9 s are over;
+    it waits longer than BATON_RATE_WAIT (5 s), so it goes back to the queue (`waiting_reason: rate_limited`, a
+    `turn.retry` saying so) and completes after, with one attempt and nothing discarded."""
+    fake = _fake(fleet)
+    refused: list[int] = []
+
+    def handler(body: dict[str, Any], index: int) -> Reply:
+        if "first" in str(body["messages"][0]["content"]) and not refused:
+            refused.append(index)
+            return failing(Fault("http", status=429, retry_after=9, message="rate limited"))
+        return text("after the wait")
+
+    fake.set_handler(handler)
+    client = fleet.client()
+    first = client.send_message("wait-a", "first")
+    wait_until(lambda: bool(refused), 30, what="the 429")
+    second = client.send_message("wait-b", "second")
+    wait_until(lambda: client.turn("wait-b", second.turn_id).waiting_reason == "rate_limited", 15,
+               what="the second turn waiting for the rate limit")
+    done = client.wait(second, timeout=60)
+    assert done.status == "completed" and done.reply == "after the wait"
+    assert (done.usage.attempts, done.usage.discarded_attempts) == (1, 0)
+    retries = [e.model_extra or {} for e in client.events("wait-b") if e.type == "turn.retry"]
+    assert retries and retries[0]["cause"] == "rate_limited" and retries[0]["discarded"] is False
+    assert retries[0]["retry_in"] > 5
+    assert client.wait(first, timeout=60).status == "completed"
