@@ -4,7 +4,9 @@ Anthropic sends `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens
 RFC 3339 time of full refill); OpenAI and the servers that copy it send `x-ratelimit-{limit,remaining,reset}-{requests,
 tokens}` (reset: a duration such as `6m0s` or `12ms`); a 429 carries `retry-after` (seconds, or an HTTP date) and
 OpenAI's `retry-after-ms`. A limit whose remaining is 0 makes the endpoint wait for its reset; a `retry-after` makes
-it wait that long. Anything missing or malformed says nothing (a header never fails a request).
+it wait that long. The requests a limit has left, with its reset, let the fleet count them down itself between
+answers (requests already in flight have not been answered yet). Anything missing or malformed says nothing (a header
+never fails a request).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class Said:
     retry_after: float | None = None
     exhausted: float | None = None  # until the latest reset of the limits whose remaining is 0
     exhausted_limit: str | None = None  # which limit that is (`requests`, `input-tokens`, ...), for the logs
+    requests_left: int | None = None  # the requests the provider says are left until `requests_reset` (seconds)
+    requests_reset: float | None = None
 
     @property
     def wait(self) -> float:
@@ -44,7 +48,22 @@ def read_headers(headers: Mapping[str, str], *, now: float) -> Said:
     for name, reset in _exhausted_resets(headers, now):
         if exhausted is None or reset > exhausted:
             exhausted, which = reset, name
-    return Said(retry_after(headers, now=now), exhausted, which)
+    left, left_reset = _requests_left(headers, now)
+    return Said(retry_after(headers, now=now), exhausted, which, left, left_reset)
+
+
+def _requests_left(headers: Mapping[str, str], now: float) -> tuple[int | None, float | None]:
+    """The requests left and the seconds to their reset, from either API's headers (None, None: not said)."""
+    left = _remaining(headers.get("anthropic-ratelimit-requests-remaining"))
+    reset: float | None
+    if left is not None:
+        reset = rfc3339_seconds(headers.get("anthropic-ratelimit-requests-reset"), now=now)
+    else:
+        left = _remaining(headers.get("x-ratelimit-remaining-requests"))
+        reset = duration_seconds(headers.get("x-ratelimit-reset-requests"))
+    if left is None or reset is None:
+        return None, None
+    return int(left), reset
 
 
 def _exhausted_resets(headers: Mapping[str, str], now: float) -> list[tuple[str, float]]:
@@ -65,9 +84,10 @@ def _exhausted_resets(headers: Mapping[str, str], now: float) -> list[tuple[str,
 
 def _remaining(value: str | None) -> float | None:
     try:
-        return max(0.0, float(value)) if value is not None else None
+        number = float(value) if value is not None else None
     except ValueError:
         return None
+    return max(0.0, number) if number is not None and math.isfinite(number) else None
 
 
 def retry_after(headers: Mapping[str, str], *, now: float) -> float | None:

@@ -3,7 +3,9 @@
 Two keys per endpoint, under one hash tag (one slot on a cluster, so each script is atomic there too):
 
 - `state` (hash): `block`, the server's time in ms before which nobody sends (a 429's `retry-after`, or a limit the
-  provider said is at 0, until its reset); the counts `r`, `i`, `o` (requests, input and output tokens) of the
+  provider said is at 0, until its reset); `left` and `left_until`, the requests the provider last said are left
+  and when they reset, counted down by each request admitted (so requests in flight, whose answers have not said
+  so yet, count too); the counts `r`, `i`, `o` (requests, input and output tokens) of the
   requests admitted in the last 60 s; and `w:ID`, each such request's "input output" weights;
 - `log` (sorted set): the ids of those requests, scored by when they were admitted.
 
@@ -41,10 +43,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # Returns {1} when admitted, else {0, ms to wait, the limit that says so}.
 _ADMIT = _NOW + """
 local state, log = KEYS[1], KEYS[2]
-local block = tonumber(redis.call('HGET', state, 'block') or '0')
+local said = redis.call('HMGET', state, 'block', 'left', 'left_until')
+local block = tonumber(said[1] or '0')
 if block > now then return {0, block - now, 'provider_limit'} end
+local counting = said[2] and tonumber(said[3]) > now
+if counting and tonumber(said[2]) <= 0 then return {0, tonumber(said[3]) - now, 'provider_limit'} end
 local limits = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}
-if limits[1] + limits[2] + limits[3] == 0 then return {1} end
+if limits[1] + limits[2] + limits[3] == 0 then
+  if counting then redis.call('HINCRBY', state, 'left', -1) end
+  return {1}
+end
 local window = tonumber(ARGV[7])
 local function weights(id)
   local w = redis.call('HGET', state, 'w:' .. id)
@@ -81,6 +89,7 @@ for d = 1, 3 do
 end
 if wait > 0 then return {0, wait, why} end
 local id, i, o = ARGV[6], tonumber(ARGV[4]), tonumber(ARGV[5])
+if counting then redis.call('HINCRBY', state, 'left', -1) end
 redis.call('ZADD', log, now, id)
 redis.call('HSET', state, 'w:' .. id, i .. ' ' .. o)
 redis.call('HINCRBY', state, 'r', 1)
@@ -103,14 +112,28 @@ redis.call('HSET', KEYS[1], 'w:' .. ARGV[1], i .. ' ' .. used)
 return tonumber(o) - used
 """
 
-# KEYS: state. ARGV: ms from now before which nobody sends (kept when a later block is already there).
-_BLOCK = _NOW + """
-local wanted = now + tonumber(ARGV[1])
-if wanted > tonumber(redis.call('HGET', KEYS[1], 'block') or '0') then
-  redis.call('HSET', KEYS[1], 'block', wanted)
+# KEYS: state. ARGV: ms from now before which nobody sends (0: none; a later block already there is kept), the
+# requests left (-1: not said) and ms to their reset. The fleet's own count of what is left goes on while the
+# provider's answers speak of the same window (its reset within a second of the one counted: a bucket's reset creeps
+# on with each request); a reset later than that is a new window, whose count replaces it.
+_OBSERVE = _NOW + """
+local wait, left, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl = wait
+if wait > 0 and now + wait > tonumber(redis.call('HGET', KEYS[1], 'block') or '0') then
+  redis.call('HSET', KEYS[1], 'block', now + wait)
 end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) + 1000 then redis.call('PEXPIRE', KEYS[1], ARGV[1] + 1000) end
-return wanted
+if left >= 0 then
+  local counted = redis.call('HMGET', KEYS[1], 'left', 'left_until')
+  local until_ = now + reset
+  if counted[1] and tonumber(counted[2]) > now and until_ < tonumber(counted[2]) + 1000 then
+    left = math.min(left, tonumber(counted[1]))
+    until_ = math.max(until_, tonumber(counted[2]))
+  end
+  redis.call('HSET', KEYS[1], 'left', left, 'left_until', until_)
+  ttl = math.max(ttl, until_ - now)
+end
+if redis.call('PTTL', KEYS[1]) < ttl + 1000 then redis.call('PEXPIRE', KEYS[1], ttl + 1000) end
+return 1
 """
 
 
@@ -127,7 +150,7 @@ class RedisGate:
         self._window_ms = round(window * 1000)  # a minute; shorter only in unit tests
         self._admit = registered(client, _ADMIT)
         self._settle = registered(client, _SETTLE)
-        self._block = registered(client, _BLOCK)
+        self._observe = registered(client, _OBSERVE)
         self._tags: dict[str, str] = {}
 
     def _keys(self, model: str) -> tuple[str, str]:
@@ -154,12 +177,16 @@ class RedisGate:
     def observe(self, model: str, headers: Mapping[str, str]) -> None:
         """What an answer's headers say, shared: a wait they ask for blocks the endpoint for every worker."""
         said = read_headers(headers, now=time.time())
-        if said.wait <= 0:
+        if said.wait <= 0 and said.requests_left is None:
             return
+        left = said.requests_left if said.requests_left is not None else -1
+        reset_ms = round((said.requests_reset or 0.0) * 1000)
         try:
-            self._block(keys=[self._keys(model)[0]], args=[max(1, round(said.wait * 1000))])
+            self._observe(keys=[self._keys(model)[0]], args=[round(said.wait * 1000), left, reset_ms])
         except redis.RedisError:  # telling the fleet is worth a try, never worth failing the answer
-            log.warning("could not share a rate limit's wait of %.1fs", said.wait, exc_info=True)
+            log.warning("could not share what a provider said of its rate limits", exc_info=True)
+            return
+        if said.wait <= 0:
             return
         log.info("endpoint %s model %s: no request for %.1fs (%s)", self._identity.split("|")[0], model, said.wait,
                  "retry-after" if said.retry_after else f"{said.exhausted_limit} at 0")

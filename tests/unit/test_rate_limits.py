@@ -259,3 +259,24 @@ def test_fixed_window_and_its_counts() -> None:
     assert most_in_window([0, 1, 59, 60, 61, 130], 60) == 4
     assert (go_duration(0.25), go_duration(2.5), go_duration(61)) == ("250ms", "2.500s", "1m1.000s")
 
+
+
+def test_the_requests_left_are_counted_down_by_the_fleet(gate: RedisGate) -> None:
+    """The provider said 2 left: two more requests go, the third waits for the reset (before any answer says 0);
+    a later answer of the same window cannot raise the count, a new window's replaces it."""
+    gate.observe("m", {"x-ratelimit-remaining-requests": "2", "x-ratelimit-reset-requests": "10s"})
+    assert [gate.admit("m", None, f"r{i}", 0, 0).admitted for i in range(3)] == [True, True, False]
+    gate.observe("m", {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9.5s"})
+    refused = gate.admit("m", None, "r4", 0, 0)
+    assert (refused.admitted, refused.reason) == (False, "provider_limit") and 9 < refused.wait <= 10
+    gate.observe("m", {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "1m0s"})
+    assert gate.admit("m", None, "r5", 0, 0).admitted
+
+
+def test_requests_left_read_from_either_api() -> None:
+    anthropic = read_headers({"anthropic-ratelimit-requests-remaining": "7",
+                              "anthropic-ratelimit-requests-reset": "2026-12-03T12:00:05Z"}, now=NOW)
+    assert (anthropic.requests_left, anthropic.requests_reset, anthropic.wait) == (7, 5, 0)
+    openai = read_headers({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "850ms"}, now=NOW)
+    assert (openai.requests_left, openai.requests_reset) == (3, pytest.approx(0.85))
+    assert read_headers({"x-ratelimit-remaining-requests": "3"}, now=NOW).requests_left is None  # no reset: unsaid
