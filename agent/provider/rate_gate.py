@@ -6,6 +6,11 @@ total stays within `max_wait` (`BATON_RATE_WAIT`), and beyond that raises `RateL
 queue with that delay. A wait is not an attempt: nothing is sent, billed or counted against the retry budget. After
 the attempt the output tokens it reserved at `max_tokens` and did not use are given back. What each answer's
 headers say is reported to the gate by the provider itself (`HeadersSink`), since only it holds the response.
+
+A 429 is still an attempt (sent, refused, replayed within the budget), but its `retry-after` is the fleet's wait
+now, shared through the gate: the replay backs off as for any failure (`FleetWaits` carries no retry-after) and the
+next attempt's admission waits for the rest, in the worker up to `max_wait` or back in the queue, instead of the
+replay holding the worker for as long as the provider asked.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from agent.agents.rate_limits import RateLimits
 from agent.errors import Cancelled
 from agent.history.context import request_tokens
 from agent.loop.cancel import CancelToken
-from agent.loop.failures import Classified, FailureClass, register_classifier
+from agent.loop.failures import Classified, FailureClass, classify, register_classifier
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, Provider, ProviderRequest, TextSink
 from agent.telemetry import telemetry
 
@@ -47,11 +52,22 @@ class RateLimited(Exception):  # a control-flow signal, like `Cancelled`: not a 
         self.reason = reason
 
 
+class FleetWaits(Exception):  # not an error of its own: a 429 whose wait the gate keeps now
+    """A provider's 429, its wait shared with the fleet: classified `provider_rate_limited` without a retry-after."""
+
+    def __init__(self, refusal: BaseException) -> None:
+        super().__init__(f"{type(refusal).__name__}: {refusal}; the endpoint's wait is shared with the fleet")
+        self.__cause__ = refusal
+
+
 @register_classifier
 def _classify(exc: BaseException) -> Classified | None:
-    # Handled where it is raised to (the unit goes back to the queue); should one escape, it is still what it says.
+    # RateLimited is handled where it is raised to (the unit goes back to the queue); should one escape, it is still
+    # what it says.
     if isinstance(exc, RateLimited):
         return Classified(FailureClass.PROVIDER_RATE_LIMITED, retry_after=exc.delay)
+    if isinstance(exc, FleetWaits):
+        return Classified(FailureClass.PROVIDER_RATE_LIMITED)
     return None
 
 
@@ -100,8 +116,13 @@ class LimitedProvider:
             answer = self._inner.stream(request, cancel=cancel, on_text=on_text)
             used = answer.usage.output_tokens
             return answer
-        except (AttemptFailed, AttemptCut) as ended:
-            used = ended.usage.output_tokens
+        except AttemptFailed as failed:
+            used = failed.usage.output_tokens
+            if classify(failed.cause).failure_class is FailureClass.PROVIDER_RATE_LIMITED:
+                raise AttemptFailed(FleetWaits(failed.cause), failed.usage, had_output=failed.had_output)  # noqa: B904
+            raise
+        except AttemptCut as cut:
+            used = cut.usage.output_tokens
             raise
         finally:
             if self._limits is not None and self._limits.output_tokens_per_minute is not None:

@@ -3,6 +3,7 @@ and 429s say, and keep under an agent's `RateLimits`, through one Redis (CONTRAC
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -87,29 +88,36 @@ def test_configured_limits_hold_in_every_window_of_a_minute(fleet: Stack) -> Non
 
 @pytest.mark.timeout(120)
 def test_a_long_wait_goes_back_to_the_queue_and_spends_no_attempt(fleet: Stack) -> None:
-    """A 429 asking for 9 s on one chat: a turn of another chat sent meanwhile is not sent before the 9 s are over;
-    it waits longer than BATON_RATE_WAIT (5 s), so it goes back to the queue (`waiting_reason: rate_limited`, a
-    `turn.retry` saying so) and completes after, with one attempt and nothing discarded."""
+    """A 429 asking for 9 s on one chat: its turn (one attempt refused, replayed in its budget) and a turn of another
+    chat sent meanwhile both wait longer than BATON_RATE_WAIT (5 s), so both go back to the queue (`waiting_reason:
+    rate_limited`, a `turn.retry` saying so) instead of holding a worker, and complete after the 9 s. The waits are
+    no attempts: one attempt for the second turn, two (one discarded) for the first."""
     fake = _fake(fleet)
-    refused: list[int] = []
+    refused: list[float] = []
+    answered: list[float] = []
 
     def handler(body: dict[str, Any], index: int) -> Reply:
         if "first" in str(body["messages"][0]["content"]) and not refused:
-            refused.append(index)
+            refused.append(time.time())
             return failing(Fault("http", status=429, retry_after=9, message="rate limited"))
+        answered.append(time.time())
         return text("after the wait")
 
     fake.set_handler(handler)
     client = fleet.client()
     first = client.send_message("wait-a", "first")
-    wait_until(lambda: bool(refused), 30, what="the 429")
+
+    def waiting(ref: Any) -> bool:
+        return client.turn(ref.chat_id, ref.turn_id).waiting_reason == "rate_limited"
+
+    wait_until(lambda: waiting(first), 15, what="the first turn waiting for the rate limit")  # its 429 shared by then
     second = client.send_message("wait-b", "second")
-    wait_until(lambda: client.turn("wait-b", second.turn_id).waiting_reason == "rate_limited", 15,
-               what="the second turn waiting for the rate limit")
-    done = client.wait(second, timeout=60)
-    assert done.status == "completed" and done.reply == "after the wait"
-    assert (done.usage.attempts, done.usage.discarded_attempts) == (1, 0)
-    retries = [e.model_extra or {} for e in client.events("wait-b") if e.type == "turn.retry"]
-    assert retries and retries[0]["cause"] == "rate_limited" and retries[0]["discarded"] is False
-    assert retries[0]["retry_in"] > 5
-    assert client.wait(first, timeout=60).status == "completed"
+    wait_until(lambda: waiting(second), 15, what="the second turn waiting for the rate limit")
+    for ref, attempts in ((first, (2, 1)), (second, (1, 0))):
+        done = client.wait(ref, timeout=60)
+        assert done.status == "completed" and done.reply == "after the wait"
+        assert (done.usage.attempts, done.usage.discarded_attempts) == attempts
+        waits = [e.model_extra or {} for e in client.events(ref.chat_id)
+                 if e.type == "turn.retry" and (e.model_extra or {}).get("cause") == "rate_limited"]
+        assert waits and waits[0]["discarded"] is False and waits[0]["retry_in"] > 5
+    assert min(answered) >= refused[0] + 8.9  # nobody sent before the 9 s were over

@@ -14,8 +14,9 @@ from agent import Agent, RateLimits
 from agent.agents import AgentError, Registry
 from agent.errors import Cancelled
 from agent.loop.cancel import CancelToken
+from agent.loop.failures import FailureClass, classify
 from agent.messages import TextBlock
-from agent.provider.base import Answer, Endpoint, ProviderRequest, TextSink, TokenUsage
+from agent.provider.base import Answer, AttemptFailed, Endpoint, ProviderRequest, TextSink, TokenUsage
 from agent.provider.rate_gate import Admission, LimitedProvider, RateLimited, endpoint_identity
 from agent.provider.rate_headers import duration_seconds, read_headers, retry_after, rfc3339_seconds
 from tasks.store.rate_limits import RedisGate
@@ -280,3 +281,22 @@ def test_requests_left_read_from_either_api() -> None:
     openai = read_headers({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "850ms"}, now=NOW)
     assert (openai.requests_left, openai.requests_reset) == (3, pytest.approx(0.85))
     assert read_headers({"x-ratelimit-remaining-requests": "3"}, now=NOW).requests_left is None  # no reset: unsaid
+
+
+class _Refusing(_Provider):
+    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+        self.sent += 1
+        refusal = RateLimited(30.0, "a 429 asking for 30 s")  # classified provider_rate_limited, retry-after 30
+        raise AttemptFailed(refusal, TokenUsage(12, 0), had_output=False)
+
+
+def test_a_429s_wait_is_the_gates_not_the_replays() -> None:
+    """The refused attempt is still a failed attempt (replayed in the budget), but its retry-after no longer makes the
+    replay sleep: the next admission waits for the shared block, or hands the unit back to the queue."""
+    gate = _Gate([])
+    with pytest.raises(AttemptFailed) as raised:
+        LimitedProvider(_Refusing(), gate, limits=RateLimits(output_tokens_per_minute=10), max_wait=5).stream(
+            REQUEST, cancel=CancelToken())
+    found = classify(raised.value.cause)
+    assert (found.failure_class, found.retry_after) == (FailureClass.PROVIDER_RATE_LIMITED, None)
+    assert raised.value.usage.input_tokens == 12 and gate.settled == [0]
