@@ -121,3 +121,29 @@ def test_a_long_wait_goes_back_to_the_queue_and_spends_no_attempt(fleet: Stack) 
                  if e.type == "turn.retry" and (e.model_extra or {}).get("cause") == "rate_limited"]
         assert waits and waits[0]["discarded"] is False and waits[0]["retry_in"] > 5
     assert min(answered) >= refused[0] + 8.9  # nobody sent before the 9 s were over
+
+
+@pytest.mark.timeout(120)
+def test_a_coding_run_waits_in_the_queue_too(fleet: Stack, tmp_path: Path) -> None:
+    """A coding run refused with a 429 asking 8 s: it goes back to the queue as a turn does (`waiting_reason:
+    rate_limited`, a `run.step` with `status: rate_limited` saying so) and completes after, two attempts counted."""
+    fake = _fake(fleet)
+    refused: list[float] = []
+
+    def handler(body: dict[str, Any], index: int) -> Reply:
+        if not refused:
+            refused.append(time.time())
+            return failing(Fault("http", status=429, retry_after=8, message="rate limited"))
+        return text("Nothing to change.")
+
+    fake.set_handler(handler)
+    client = fleet.client()
+    (tmp_path / "ws").mkdir()
+    ref = client.start_run("look and stop", workspace=tmp_path / "ws")
+    wait_until(lambda: client.run_status(ref.run_id).waiting_reason == "rate_limited", 15,
+               what="the run waiting for the rate limit")
+    done = client.wait(ref, timeout=60)
+    assert done.status == "completed" and (done.usage.attempts, done.usage.discarded_attempts) == (2, 1)
+    steps = [e.model_extra or {} for e in client.events(ref.run_id) if e.type == "run.step"]
+    waits = [s for s in steps if s.get("status") == "rate_limited"]
+    assert waits and waits[0]["cause"] == "rate_limited" and waits[0]["retry_in"] > 5
