@@ -147,3 +147,37 @@ def test_a_coding_run_waits_in_the_queue_too(fleet: Stack, tmp_path: Path) -> No
     steps = [e.model_extra or {} for e in client.events(ref.run_id) if e.type == "run.step"]
     waits = [s for s in steps if s.get("status") == "rate_limited"]
     assert waits and waits[0]["cause"] == "rate_limited" and waits[0]["retry_in"] > 5
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_each_sdk_hands_over_the_headers_of_answers_and_refusals(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the real SDK over HTTP (no worker needed): every answer's headers reach the sink and read as the
+    requests left with their reset, and the 429 past the limit as its retry-after."""
+    from agent.loop.cancel import CancelToken
+    from agent.provider.anthropic_provider import AnthropicProvider
+    from agent.provider.base import AttemptFailed, Endpoint, ProviderRequest
+    from agent.provider.openai_provider import OpenAIProvider
+    from agent.provider.rate_headers import read_headers
+    from tests.conftest import FAKE_KEY, FAKE_OPENAI_KEY, fake_server
+
+    server = fake_server(provider)
+    server.limiter = FixedWindow(2, 30.0)
+    seen: list[tuple[str, dict[str, str]]] = []
+    with server:
+        monkeypatch.setenv("BATON_TEST_KEY", FAKE_OPENAI_KEY if provider == "openai" else FAKE_KEY)
+        kind = OpenAIProvider if provider == "openai" else AnthropicProvider
+        sdk = kind(idle_timeout=5, endpoint=Endpoint(server.url, "BATON_TEST_KEY"),
+                   on_headers=lambda model, headers: seen.append((model, dict(headers))))
+        request = ProviderRequest(model="m-1", messages=[{"role": "user", "content": "hi"}])
+        for _ in range(2):
+            sdk.stream(request, cancel=CancelToken())
+        with pytest.raises(AttemptFailed):
+            sdk.stream(request, cancel=CancelToken())
+    now = time.time()
+    said = [read_headers(headers, now=now) for _, headers in seen]
+    assert [model for model, _ in seen] == ["m-1"] * 3
+    assert [s.requests_left for s in said] == [1, 0, 0]
+    assert said[1].exhausted is not None and 28 <= said[1].wait <= 31  # at 0: wait for the reset
+    assert said[2].retry_after is not None and 28 <= said[2].retry_after <= 31
