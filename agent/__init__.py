@@ -6,7 +6,7 @@ Nothing in this package imports Celery; Redis is reached only through the small 
 
 from typing import Any
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "RateLimits"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> Any:
         from agent.agents.definition import Agent
 
         return Agent
+    if name == "RateLimits":
+        from agent.agents.rate_limits import RateLimits
+
+        return RateLimits
     raise AttributeError(f"module 'agent' has no attribute {name!r}")

@@ -38,6 +38,7 @@ SCRIPTS = [
     "usechat_stream",
     "growth",
     "prompt_cache",
+    "rate_limits",
     "concurrency",
     "providers",
     "cluster",

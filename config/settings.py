@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     agents: str = Field("", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
     agent_wait: float = Field(600.0, ge=0, le=7 * 24 * 3600)
     stream_idle_timeout: float = Field(20.0, gt=0, le=3600)
+    # Rate limits (contract: "Spend"): how long a unit waits in its worker for its endpoint's limit before it goes
+    # back to the queue with the rest of the wait.
+    rate_wait: float = Field(5.0, ge=0, le=3600)
     retry_budget: int = Field(4, ge=1, le=20)
     round_ttl: int = Field(600, ge=1)
     round_max_bytes: int = Field(98304, ge=1024)
@@ -69,6 +72,9 @@ class Settings(BaseSettings):
     run_max_steps: int = Field(50, ge=1, le=10_000)
     run_wall_clock: float = Field(4 * 3600.0, gt=0)
     backoff_scale: float = Field(1.0, ge=0, le=10)
+    # Off: each worker meets its provider's limits on its own (no shared waits, no `RateLimits`): the baseline the
+    # bench compares sharing against, and a way out should the store's count ever be in the way.
+    rate_sharing: Literal["on", "off"] = "on"
     stop_grace: float = Field(1.0, ge=0, le=60)
     drain_grace: float = Field(2.0, ge=0, le=60)
     # How long a tool call waits for a person's approval before it is denied ("approval expired").

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agent.agents.rate_limits import RateLimits
 from agent.errors import BatonError
 from agent.tools.definition import Tool
 
@@ -50,6 +51,8 @@ class Agent(BaseModel):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """The NAME of the environment variable holding this agent's key (never the key)."""
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    rate_limits: RateLimits | None = None
+    """What the fleet keeps under on this agent's endpoint (agent/agents/rate_limits.py); None: the provider's only."""
     upgrade: bool = False
     """True: units in flight move to a new version of this agent at their next execution, and say so."""
 

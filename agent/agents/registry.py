@@ -48,6 +48,9 @@ class Registry:
             if refused is not None:
                 raise AgentError(f"agent {agent.name!r}: {refused}")
             tools[agent.name] = tuple(agent.tools)
+        disagreeing = disagreeing_limits(resolved.values())
+        if disagreeing is not None:
+            raise AgentError(disagreeing)
         return cls(resolved, tools, agents[0].name)
 
     @classmethod
@@ -73,6 +76,20 @@ def refused_setting(agent: Resolved) -> str | None:
     if agent.provider == "openai" and isinstance(agent.thinking, int):
         return ("an OpenAI-compatible API takes thinking as 'low', 'medium' or 'high' (reasoning_effort), not a "
                 "number of tokens")
+    return None
+
+
+def disagreeing_limits(agents: Iterable[Resolved]) -> str | None:
+    """What is wrong when two agents call one endpoint (provider, base URL, key variable, model) with different
+    `rate_limits`, or None: the fleet keeps one count per endpoint, which one set of limits must govern."""
+    seen: dict[tuple[str, str | None, str | None, str], Resolved] = {}
+    for agent in agents:
+        for model in dict.fromkeys((agent.model, *agent.models)):
+            endpoint = (agent.provider, agent.base_url, agent.api_key_env, model)
+            first = seen.setdefault(endpoint, agent)
+            if first.rate_limits != agent.rate_limits:
+                return (f"agents {first.name!r} and {agent.name!r} call one endpoint ({agent.provider}, model "
+                        f"{model!r}) with different rate_limits; agents on one endpoint must agree")
     return None
 
 

@@ -5,8 +5,8 @@ definition of that agent has another version runs the unit from the recorded one
 no unit in the middle. The version is the first 12 hex digits of a SHA-256 of the canonical JSON of everything
 that shapes what the model is asked or what its calls may do: provider, model and models, instructions, each
 tool's name, description, schema and effect, the MCP servers named, the model settings and the endpoint (the
-name of the key's variable, never the key). The queue and `upgrade` are how the fleet treats its units, not
-what they run, and are left out.
+name of the key's variable, never the key). The queue, `upgrade` and the rate limits are how the fleet treats its
+units, not what they run, and are left out.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.agents.definition import Agent, Thinking
+from agent.agents.rate_limits import RateLimits
 from agent.tools.definition import Tool
 
 VERSION_HEX = 12
@@ -62,6 +63,7 @@ class Resolved:
     api_key_env: str | None = None
     queue: str | None = None
     upgrade: bool = False
+    rate_limits: RateLimits | None = None
     version: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -86,8 +88,9 @@ class Resolved:
 
     def as_dict(self) -> dict[str, Any]:
         """The whole definition as JSON-able data (what the store keeps under the version)."""
+        limits = self.rate_limits.model_dump() if self.rate_limits is not None else None
         return {"name": self.name, "version": self.version, **self.fingerprinted(), "queue": self.queue,
-                "upgrade": self.upgrade}
+                "upgrade": self.upgrade, "rate_limits": limits}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Resolved:
@@ -107,6 +110,7 @@ class Resolved:
             api_key_env=data.get("api_key_env"),
             queue=data.get("queue"),
             upgrade=bool(data.get("upgrade", False)),
+            rate_limits=RateLimits(**data["rate_limits"]) if data.get("rate_limits") else None,
             version=data.get("version", ""),
         )
 
@@ -149,4 +153,5 @@ def resolve(agent: Agent, *, provider: str, model: str) -> Resolved:
         api_key_env=agent.api_key_env,
         queue=agent.queue,
         upgrade=agent.upgrade,
+        rate_limits=agent.rate_limits,
     )

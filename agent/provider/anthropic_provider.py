@@ -25,6 +25,7 @@ from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
+from agent.provider.rate_gate import HeadersSink
 from agent.provider.reducer import Snapshot, accumulate
 from agent.provider.shards import Shards
 
@@ -65,8 +66,10 @@ class AnthropicProvider:
         client: anthropic.Anthropic | None = None,
         shards: int = 1,
         endpoint: Endpoint | None = None,
+        on_headers: HeadersSink | None = None,
     ) -> None:
         self._idle_timeout = idle_timeout
+        self._on_headers = on_headers  # what every answer's headers say of the rate limits goes to the fleet
         self._endpoint = endpoint or Endpoint()
         self._shards: Shards[anthropic.Anthropic] = Shards(self._new_client, shards, given=client)
 
@@ -121,7 +124,11 @@ class AnthropicProvider:
                 options=options,
             )  # fmt: skip
         except Exception as err:
+            if self._on_headers is not None and (headers := transport.error_headers(err)) is not None:
+                self._on_headers(request.model, headers)  # a 429's retry-after, before the replay backs off
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
+        if self._on_headers is not None:
+            self._on_headers(request.model, stream.response.headers)
         unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
         try:
             for event in stream:

@@ -23,6 +23,7 @@ from agent.provider import openai_errors, transport  # noqa: F401 - openai_error
 from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
 from agent.provider.openai_request import chat_body
+from agent.provider.rate_gate import HeadersSink
 from agent.provider.shards import Shards
 
 NO_CREDENTIALS = "no OpenAI credentials are configured: set OPENAI_API_KEY in the workers' environment"
@@ -47,8 +48,10 @@ class OpenAIProvider:
         client: openai.OpenAI | None = None,
         shards: int = 1,
         endpoint: Endpoint | None = None,
+        on_headers: HeadersSink | None = None,
     ) -> None:
         self._idle_timeout = idle_timeout
+        self._on_headers = on_headers  # what every answer's headers say of the rate limits goes to the fleet
         self._endpoint = endpoint or Endpoint()
         self._shards: Shards[openai.OpenAI] = Shards(self._new_client, shards, given=client)
 
@@ -85,7 +88,11 @@ class OpenAIProvider:
         try:
             stream = client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object])
         except Exception as err:
+            if self._on_headers is not None and (headers := transport.error_headers(err)) is not None:
+                self._on_headers(request.model, headers)  # a 429's retry-after, before the replay backs off
             raise AttemptFailed(err, snapshot.usage, had_output=False) from err
+        if self._on_headers is not None:
+            self._on_headers(request.model, stream.response.headers)
         unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
         try:
             for chunk in stream:

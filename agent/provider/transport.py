@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Mapping
 
 import httpx2
 
@@ -22,6 +23,11 @@ def classify_transport(exc: BaseException) -> Classified | None:
         return Classified(FailureClass.INFRA_TRANSIENT)
     return None
 
+
+def error_headers(err: BaseException) -> Mapping[str, str] | None:
+    """The headers of the HTTP answer an SDK's status error carries (a 429's `retry-after`), if it has one."""
+    headers = getattr(getattr(err, "response", None), "headers", None)
+    return headers if isinstance(headers, Mapping) else None
 
 
 def abort(response: httpx2.Response) -> None:

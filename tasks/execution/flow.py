@@ -28,11 +28,13 @@ from agent.messages import (
     notice,
     user_text,
 )
+from agent.provider.rate_gate import RateLimited
 from agent.provider.replay import RequestFailed
 from agent.tools import Tool
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.live import RedisLiveText
+from tasks.execution.rate_wait import RateWaiting
 from tasks.execution.seeding import Seeding
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
@@ -77,7 +79,7 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
 
 
-class Execution(Seeding):
+class Execution(Seeding, RateWaiting):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
@@ -332,6 +334,8 @@ class Execution(Seeding):
             return self._park(rec, state, waiting.pending)
         except ReplicationUnconfirmed as unconfirmed:
             return self._unconfirmed(rec, state, unconfirmed)
+        except RateLimited as wait:
+            return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
 
     def _first_start(self, text: str, history_len: int | str, now: float) -> Batch:

@@ -17,6 +17,7 @@ from agent.errors import ToolDefinitionError
 from agent.loop.policy import Backoff
 from agent.per_process import PerProcess
 from agent.provider.base import Endpoint, Provider
+from agent.provider.rate_gate import LimitedProvider, endpoint_identity
 from agent.provider.scripted import Cue, ScriptedProvider, directive_script, load_cues
 from agent.tools import Tool, by_name, load_tools
 from agent.tools.definition import stand_in_for
@@ -28,6 +29,7 @@ from agent.tools.sandbox import SandboxPolicy
 from agent.tools.workspace import workspace_tools
 from config.settings import Settings
 from tasks.store import connect, keys
+from tasks.store.rate_limits import RedisGate
 
 
 @lru_cache(maxsize=8)
@@ -111,19 +113,42 @@ def build_provider(settings: Settings, client: redis.Redis, agent: Resolved | No
     if provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     endpoint = Endpoint(agent.base_url, agent.api_key_env) if agent is not None else Endpoint()
+    # No store (a unit test's provider), or sharing off: each call meets its provider's limits on its own.
+    sharing = settings.rate_sharing == "on" and client is not None
+    gate = _gate(client, endpoint_identity(provider, endpoint)) if sharing else None
+    on_headers = gate.observe if gate is not None else None
     if provider == "openai":
         from agent.provider.openai_provider import OpenAIProvider  # the SDK import is slow; only workers pay
 
         def make() -> Provider:
-            return OpenAIProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint)
+            return OpenAIProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint,
+                                  on_headers=on_headers)
 
     else:
         from agent.provider.anthropic_provider import AnthropicProvider
 
         def make() -> Provider:
-            return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint)
+            return AnthropicProvider(idle_timeout=settings.stream_idle_timeout, shards=_shards(), endpoint=endpoint,
+                                     on_headers=on_headers)
 
-    return _providers.get((provider, settings.stream_idle_timeout, endpoint.base_url, endpoint.api_key_env), make)
+    key = (provider, settings.stream_idle_timeout, endpoint.base_url, endpoint.api_key_env)
+    shared = _providers.get(key, make)
+    if gate is None:
+        return shared
+    # Every attempt waits for the endpoint's shared limits first (agent/provider/rate_gate.py).
+    limits = agent.rate_limits if agent is not None else None
+    return _providers.get(
+        (*key, limits, settings.rate_wait, id(gate)),
+        lambda: LimitedProvider(shared, gate, limits=limits, max_wait=settings.rate_wait),
+    )
+
+
+_gates: PerProcess[RedisGate] = PerProcess()
+
+
+def _gate(client: redis.Redis, identity: str) -> RedisGate:
+    """The shared rate-limit count of one endpoint, one per process (its scripts registered once)."""
+    return _gates.get((id(client), identity), lambda: RedisGate(client, identity))
 
 
 def _shards() -> int:

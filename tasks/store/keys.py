@@ -42,6 +42,17 @@ AGENTS = f"{PREFIX}:agents"  # hash: "NAME\tHOSTNAME" -> {summary, default, at} 
 AGENT_DEFS = f"{PREFIX}:agents:defs"  # hash: version -> the resolved definition (JSON), for units pinned to it
 
 
+
+def rate_state(endpoint: str) -> str:
+    """Hash: an endpoint's shared rate-limit state (tasks/store/rate_limits.py); `endpoint` is a hash, its own tag."""
+    return f"{PREFIX}:{{rate:{endpoint}}}:state"
+
+
+def rate_log(endpoint: str) -> str:
+    """Sorted set: the requests an endpoint admitted in the last 60 s, beside `rate_state` in its slot."""
+    return f"{PREFIX}:{{rate:{endpoint}}}:log"
+
+
 # Fixed for the life of a store: another count moves every unit's keys. 64 keeps a cluster of up to 64 masters
 # balanced (one shard's slot is the smallest piece a master can hold), and a sweep's visit 5 x 64 cheap reads.
 SHARDS = 64

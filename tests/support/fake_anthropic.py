@@ -34,6 +34,7 @@ from typing import Any, Literal
 from . import fake_anthropic_sse as sse
 from .fake_anthropic_sse import first_user_text, validate_request
 from .fake_prompt_cache import MAX_BREAKPOINTS, PromptCache, breakpoint_count, prompt_tokens
+from .fake_rate_limit import FixedWindow, Taken, anthropic_headers
 
 __all__ = [
     "ByConversation",
@@ -209,6 +210,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server_version = "fake-anthropic"
     server: _HTTPServer
     _index = -1  # the request being delivered (its index in `FakeMessagesServer.requests`)
+    _rate: tuple[Taken, float] | None = None  # the rate limit's verdict on the request being answered, and when
 
     def log_message(self, format: str, *args: Any) -> None:
         """No per-request access log on stderr."""
@@ -234,6 +236,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._not_found()
             return
         fake = self.server.fake
+        self._rate = None
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         if len(raw) < length:
@@ -265,7 +268,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 fake.too_long.append(index)
             refusal = f"prompt is too long: {size} tokens > {fake.context_limit} maximum"
             self._send_json(400, sse.error_body(400, refusal))
-        else:
+        elif not self._rate_refused():
             try:
                 reply = fake._handler(body, index)
             except Exception as exc:
@@ -281,9 +284,34 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("request-id", sse.new_id("req"))
         if retry_after is not None:
             self.send_header("retry-after", f"{retry_after:g}")
+        self._rate_header_lines()
         self._connection_header()
         self.end_headers()
         self.wfile.write(data)
+
+    def _rate_refused(self) -> bool:
+        """With a rate limit: take the request from its window, or answer 429 with `retry-after` (True)."""
+        fake, now = self.server.fake, time.time()
+        taken = fake.limiter.take() if fake.limiter is not None else None
+        self._rate = (taken, now) if taken is not None else None
+        with fake._cond:
+            (fake.rate_refused if taken is not None and not taken.admitted else fake.delivered_at).append(now)
+        if taken is None or taken.admitted:
+            return False
+        self._send_json(429, self._rate_refusal(), taken.retry_after(now))
+        return True
+
+    def _rate_refusal(self) -> dict[str, Any]:
+        return sse.error_body(429, "Number of requests has exceeded your per-minute rate limit")
+
+    def _rate_headers(self, taken: Taken, now: float) -> dict[str, str]:
+        return anthropic_headers(taken)
+
+    def _rate_header_lines(self) -> None:
+        """The limit's headers, on every answer of a server that has one (as the real APIs send them)."""
+        if self._rate is not None:
+            for name, value in self._rate_headers(*self._rate).items():
+                self.send_header(name, value)
 
     def _connection_header(self) -> None:
         if not self.server.fake.keep_alive:
@@ -341,6 +369,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("request-id", sse.new_id("req"))
         self.send_header("transfer-encoding", "chunked")
+        self._rate_header_lines()
         self._connection_header()
         self.end_headers()
         for name, data in events if fault is None else events[: fault.after_events]:
@@ -386,8 +415,17 @@ class FakeMessagesServer:
         prompt_cache: bool = False,
         context_limit: int | None = None,
         keep_alive: bool = False,
+        rate_limit: int | None = None,
+        rate_window: float = 60.0,
     ) -> None:
         self._handler: Handler = handler or _default_handler
+        # With `rate_limit`, at most that many requests reach the model in each `rate_window` seconds (the others get
+        # a 429 with `retry-after`), and every answer carries the API's rate-limit headers. `delivered_at` and
+        # `rate_refused` hold when each request was let through or refused (any server: a limit set elsewhere can
+        # be checked against `delivered_at`).
+        self.limiter = FixedWindow(rate_limit, rate_window) if rate_limit is not None else None
+        self.delivered_at: list[float] = []
+        self.rate_refused: list[float] = []
         # With `keep_alive`, a finished response leaves its connection open for the client's next request, as the
         # real API does; without it every response says `Connection: close` (a fault test then sees one connection
         # per request). `connections` counts the connections accepted, so a test can tell a client that reuses its

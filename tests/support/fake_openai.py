@@ -30,6 +30,7 @@ from typing import Any
 from . import fake_anthropic_sse as sse
 from .fake_anthropic import FakeMessagesServer, Fault, Reply, _RequestHandler
 from .fake_prompt_cache import prompt_tokens
+from .fake_rate_limit import Taken, openai_headers
 
 __all__ = ["ERROR_PREFIX", "FakeChatServer", "chat_chunks", "error_body", "neutral_body", "validate_chat"]
 
@@ -197,6 +198,7 @@ class _ChatHandler(_RequestHandler):
             return
         fake = self.server.fake
         assert isinstance(fake, FakeChatServer)
+        self._rate = None
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         if len(raw) < length:
@@ -231,7 +233,7 @@ class _ChatHandler(_RequestHandler):
             self._send_json(400, error_body(400, message, "context_length_exceeded", "messages"))
         elif not body.get("stream"):
             self._send_json(400, error_body(400, "fake_openai: only streaming requests are served"))
-        else:
+        elif not self._rate_refused():
             assert neutral is not None
             try:
                 reply = fake._handler(neutral, index)
@@ -239,6 +241,12 @@ class _ChatHandler(_RequestHandler):
                 reply = Reply([], fault=Fault("http", status=500, message=f"fake_openai: handler raised {exc!r}"))
             self._index = index
             self._stream(body, reply)
+
+    def _rate_refusal(self) -> dict[str, Any]:
+        return error_body(429, "Rate limit reached for requests", "rate_limit_exceeded")
+
+    def _rate_headers(self, taken: Taken, now: float) -> dict[str, str]:
+        return openai_headers(taken, now)
 
     def _stream(self, body: dict[str, Any], reply: Reply) -> None:
         fault = reply.fault
@@ -256,6 +264,7 @@ class _ChatHandler(_RequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("x-request-id", sse.new_id("req"))
         self.send_header("transfer-encoding", "chunked")
+        self._rate_header_lines()
         self._connection_header()
         self.end_headers()
         fake = self.server.fake

@@ -207,6 +207,7 @@ def _example(cls: type[BaseException]) -> BaseException:
     """An instance of `cls`, built as the project builds one (the few with arguments beyond a message)."""
     from agent.loop.edge import LoopFailure
     from agent.provider.base import AttemptCut, AttemptFailed, TokenUsage
+    from agent.provider.rate_gate import FleetWaits, RateLimited
     from agent.provider.replay import RequestFailed
     from agent.tools.round import CancelledRound
     from config.settings import Settings
@@ -229,6 +230,10 @@ def _example(cls: type[BaseException]) -> BaseException:
         return cls("stop")
     if issubclass(cls, Unavailable):
         return cls("store", Settings(), ConnectionRefusedError("refused"))
+    if issubclass(cls, RateLimited):
+        return cls(9.0, "requests_per_minute")
+    if issubclass(cls, FleetWaits):
+        return cls(RuntimeError("429"))
     return cls("x")
 
 
