@@ -109,11 +109,18 @@ class LimitedProvider:
     def __init__(self, inner: Provider, gate: Gate, *, limits: RateLimits | None, max_wait: float) -> None:
         self._inner, self._gate, self._limits, self._max_wait = inner, gate, limits, max_wait
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self,
+        request: ProviderRequest,
+        *,
+        cancel: CancelToken,
+        on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         reservation = self._admit(request, cancel)
         used = 0
         try:
-            answer = self._inner.stream(request, cancel=cancel, on_text=on_text)
+            answer = self._inner.stream(request, cancel=cancel, on_text=on_text, on_reasoning=on_reasoning)
             used = answer.usage.output_tokens
             return answer
         except AttemptFailed as failed:
