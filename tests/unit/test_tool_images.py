@@ -157,3 +157,21 @@ def test_a_text_result_is_journaled_as_text(value: object) -> None:
     run_round((ToolUseBlock(id="c1", name="say", input={}),), LoopState(), by_name([say]), edge, CancelToken(),
               _config())
     assert isinstance(edge.steps["tool:c1"]["content"], str) and edge.files == {}
+
+
+def test_the_context_budget_counts_an_image_as_the_model_does_not_as_its_base64() -> None:
+    from agent.history.context import elide, estimate_tokens
+
+    heavy = png(1000, 1000) + bytes(range(256)) * 1200  # ~300 KB: the header says 1000 x 1000 (1334 tokens)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(heavy)
+                                         .decode()}}  # fmt: skip
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                           "content": [{"type": "text", "text": "shot"}, image]}]}  # fmt: skip
+    without = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                            "content": [{"type": "text", "text": "shot"}]}]}  # fmt: skip
+    assert estimate_tokens(result) - estimate_tokens(without) == image_tokens(heavy) + 20  # + the block's keys
+    assert estimate_tokens({"role": "user", "content": [image]}) < image_tokens(heavy) + 40  # a user's image too
+    [elided] = elide([result], 1)
+    assert elided["content"][0]["content"] == (
+        "[Old tool result elided to fit the context window (4 characters, 1 images).]")
+    assert estimate_tokens(elided) <= 40
