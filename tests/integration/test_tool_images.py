@@ -22,7 +22,7 @@ from tasks.store import keys
 from tests.conftest import PROVIDERS, Stack
 from tests.support.fake_anthropic import Fault, Reply, Script, failing, text, tool_call
 from tests.support.fake_openai import FakeChatServer
-from tests.support.image_tools import screenshot_bytes
+from tests.support.image_tools import heavy_bytes, screenshot_bytes
 from tests.support.images import sha
 from tests.support.mcp_image_server import PICTURE
 from tests.support.processes import REPO
@@ -100,6 +100,21 @@ def test_a_python_tools_image_reaches_the_model_byte_exact_and_is_stored_by_refe
     owner = keys.owner("chat", "shot-1")
     assert r.hget(keys.files(owner), sha(png)) == _b64(png).encode()
     assert holders(r, _b64(png)[:200]) == {keys.files(owner)}  # not in the transcript, the journal nor an event
+
+
+def test_images_count_in_the_budget_and_the_cap_as_the_model_counts_them(stack: Stack):
+    """Under `BATON_CONTEXT_TOKENS=16000` (a result's cap: 8000 characters) a tool returns two 300 KB screenshots of
+    1334 tokens each: the first fits the cap and the request (its base64 alone would be ~107,000 tokens), the second
+    is left out, and the result says so."""
+    fake = stack.fake_api
+    fake.set_handler(Script([tool_call("heavy_screenshots", {"count": 2}), text("One page.")]))
+    stack.worker("w1", BATON_CONTEXT_TOKENS="16000", **IMAGES)
+    client = stack.client()
+    result = client.wait(client.send_message("heavy", "shoot two pages"), timeout=60)
+    assert (result.status, result.reply) == ("completed", "One page."), result
+    assert fake.rejections == [] and fake.images(1) == [sha(heavy_bytes(0))]
+    told = [p["text"] for p in fake.requests[1]["messages"][-1]["content"][0]["content"] if p["type"] == "text"]
+    assert told == ["2 screenshots", "[image page1.png left out: over the result cap of 8000 characters]"]
 
 
 def test_a_step_replayed_by_another_worker_sends_the_same_bytes(stack: Stack):

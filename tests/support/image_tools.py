@@ -17,4 +17,15 @@ def screenshot(page: str) -> list[str | Image]:
     return [f"screenshot of {page}", Image(screenshot_bytes(page), "image/png", name=f"{page}.png")]
 
 
-TOOLS = [screenshot]
+def heavy_bytes(seed: int) -> bytes:
+    """A ~300 KB PNG of 1000 x 1000 (1334 tokens as Anthropic counts it; ~107,000 if its base64 were counted)."""
+    return png(1000, 1000, seed=seed) + bytes(range(256)) * 1200
+
+
+@tool
+def heavy_screenshots(count: int) -> list[str | Image]:
+    """Take `count` full-page screenshots."""
+    return [f"{count} screenshots", *(Image(heavy_bytes(n), "image/png", name=f"page{n}.png") for n in range(count))]
+
+
+TOOLS = [screenshot, heavy_screenshots]
