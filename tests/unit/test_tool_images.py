@@ -175,3 +175,27 @@ def test_the_context_budget_counts_an_image_as_the_model_does_not_as_its_base64(
     assert elided["content"][0]["content"] == (
         "[Old tool result elided to fit the context window (4 characters, 1 images).]")
     assert estimate_tokens(elided) <= 40
+
+
+def test_the_fakes_refuse_images_as_the_apis_do_and_tell_which_a_request_carried() -> None:
+    from tests.support.fake_anthropic_sse import images_of, validate_request
+    from tests.support.fake_openai import neutral_body, validate_chat
+
+    data = base64.b64encode(PNG).decode()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    lying = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": data}}
+    body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [image]}]}
+    assert validate_request(body) is None and images_of(body) == [sha(PNG)]
+    body["messages"][0]["content"] = [lying]
+    assert "Image does not match the provided media type image/jpeg" in str(validate_request(body))
+
+    url = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    calls = {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}
+    in_tool = {"model": "m", "messages": [{"role": "user", "content": "hi"}, calls,
+                                          {"role": "tool", "tool_call_id": "c1", "content": [url]}]}  # fmt: skip
+    refused = validate_chat(in_tool)
+    assert refused is not None and "only allowed for messages with role 'user'" in refused[0]
+    after = {**in_tool, "messages": [*in_tool["messages"][:2], {"role": "tool", "tool_call_id": "c1", "content": "t"},
+                                     {"role": "user", "content": [url]}]}  # fmt: skip
+    assert validate_chat(after) is None and images_of(neutral_body(after)) == [sha(PNG)]
