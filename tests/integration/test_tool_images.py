@@ -195,6 +195,7 @@ def everything() -> dict:
             "env": {"npm_config_cache": str(NPM_CACHE), "npm_config_update_notifier": "false"}}
 
 
+@pytest.mark.timeout(300)  # its module fixture may fetch the package from npm first
 def test_server_everythings_tiny_image_and_resource_links_reach_the_model(stack: Stack, everything: dict):
     """The reference server, from npm: `get-tiny-image`'s PNG reaches the model as an image (not `[image content]`),
     `get-resource-links`' links keep their URIs."""
