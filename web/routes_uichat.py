@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, HTTPException, Request, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from agent.messages import ToolResultBlock, result_text
 from tasks.client import AsyncClient, NotFound, Unavailable, ValidationError
 from tasks.store import keys
 from tasks.store.reads import parse_transcript
@@ -376,9 +377,9 @@ async def result_content(store: aioredis.Redis, owner: str, turn_id: str, item: 
         if raw:
             record = json.loads(raw)
             if record.get("status") == "done":
-                return str(record.get("content", ""))
+                return result_text(ToolResultBlock(tool_use_id=ident, content=record.get("content", "")).content)
     for message in reversed(parse_transcript(await store.lrange(keys.transcript(owner), -RECENT_TRANSCRIPT, -1))):
         for block in message.tool_results:
             if block.tool_use_id == ident:
-                return block.content
+                return result_text(block.content)
     return None

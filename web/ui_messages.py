@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.messages import Message, NoticeBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from agent.messages import Message, NoticeBlock, TextBlock, ThinkingBlock, ToolUseBlock, result_text
 from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked, settled
 
 UIMessage = dict[str, Any]
@@ -72,7 +72,7 @@ def transcript_items(turn_id: str, messages: Iterable[Message]) -> list[Item]:
         elif message.role == "user":
             for result in message.tool_results:
                 out.append({"type": "tool.result", "turn_id": turn_id, "tool_use_id": result.tool_use_id,
-                            "is_error": result.is_error, "content": result.content})  # fmt: skip
+                            "is_error": result.is_error, "content": result_text(result.content)})  # fmt: skip
         else:
             for block in message.content:
                 if isinstance(block, NoticeBlock):

@@ -17,18 +17,22 @@ moves forward, in one batch down to a lower watermark, so the cached prefix is r
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from agent.loop.failures import Overflow
+from agent.messages.media import UNREADABLE_IMAGE_TOKENS, image_tokens
 
 DEFAULT_CONTEXT_TOKENS = 200_000  # the standard input window of current Claude models
 BYTES_PER_TOKEN = 4
 LOW_WATERMARK = 0.6  # an elision batch brings the estimate down to this share of the budget
 COMPACT_SHARE = 0.5  # after "prompt is too long": down to this share of the window the provider stated
 ELIDED = "[Old tool result elided to fit the context window ({chars} characters).]"
+ELIDED_IMAGES = "[Old tool result elided to fit the context window ({chars} characters, {images} images).]"
 
 
 def context_window(model: str) -> int:
@@ -51,10 +55,52 @@ def canonical(value: Any) -> str:
 
 
 def estimate_tokens(value: Any) -> int:
-    """Estimated tokens of one part of a request: ceil(UTF-8 bytes of its canonical JSON / 4); 0 for None."""
+    """Estimated tokens of one part of a request: ceil(UTF-8 bytes of its canonical JSON / 4); 0 for None. A
+    message's images count as the model counts them (`image_tokens`), not as their base64."""
     if value is None or value == [] or value == "":
         return 0
-    return math.ceil(len(canonical(value).encode()) / BYTES_PER_TOKEN)
+    value, images = _without_images(value)
+    return math.ceil(len(canonical(value).encode()) / BYTES_PER_TOKEN) + images
+
+
+def _image_free(block: Any) -> tuple[Any, int]:
+    """A block with its image's base64 left out (or its tool result's images'), and what they cost."""
+    if not isinstance(block, dict):
+        return block, 0
+    source = block.get("source")
+    if block.get("type") == "image" and isinstance(source, dict) and source.get("type") == "base64":
+        try:
+            tokens = image_tokens(base64.b64decode(str(source.get("data", ""))))
+        except (binascii.Error, ValueError):
+            tokens = UNREADABLE_IMAGE_TOKENS
+        return {**block, "source": {**source, "data": ""}}, tokens
+    content = block.get("content")
+    if block.get("type") == "tool_result" and isinstance(content, list):
+        parts = [_image_free(part) for part in content]
+        if any(tokens for _, tokens in parts):
+            return {**block, "content": [part for part, _ in parts]}, sum(tokens for _, tokens in parts)
+    return block, 0
+
+
+def _without_images(value: Any) -> tuple[Any, int]:
+    """A message with its images' bytes left out, and their tokens (a value that is no message: as it is)."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list) or "image" not in _types(content):
+        return value, 0
+    blocks = [_image_free(block) for block in content]
+    return {**value, "content": [block for block, _ in blocks]}, sum(tokens for _, tokens in blocks)
+
+
+def _types(content: list[Any]) -> str:
+    """The block types of a message and of its results' parts: a cheap look for an image before a copy."""
+    kinds = []
+    for block in content:
+        if isinstance(block, dict):
+            kinds.append(str(block.get("type")))
+            inner = block.get("content")
+            if isinstance(inner, list):
+                kinds += [str(p.get("type")) for p in inner if isinstance(p, dict)]
+    return " ".join(kinds)
 
 
 def request_tokens(tools: list[dict[str, Any]], system: Any, messages: list[dict[str, Any]]) -> int:
@@ -64,11 +110,16 @@ def request_tokens(tools: list[dict[str, Any]], system: Any, messages: list[dict
 
 def _elided_block(block: dict[str, Any]) -> dict[str, Any]:
     content = block.get("content", "")
-    text = content if isinstance(content, str) else canonical(content)
-    if text.startswith("[Old tool result elided"):
-        return block
-    out = {**block, "content": ELIDED.format(chars=len(text))}
-    return out
+    if isinstance(content, str):
+        if content.startswith("[Old tool result elided"):
+            return block
+        return {**block, "content": ELIDED.format(chars=len(content))}
+    parts = [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+    images = sum(1 for p in parts if p.get("type") == "image")
+    chars = sum(len(str(p.get("text", ""))) for p in parts if p.get("type") == "text")
+    # An old result's images go with its text: each costs the model up to ~1,500 tokens at every request.
+    return {**block, "content": ELIDED_IMAGES.format(chars=chars, images=images) if images else ELIDED.format(
+        chars=chars)}
 
 
 def elide(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]:

@@ -101,8 +101,9 @@ def _told(block: dict[str, Any]) -> dict[str, Any]:
         told = f"[called tool {block.get('name')} with {json.dumps(block.get('input'), sort_keys=True)}]"
     elif block.get("type") == "tool_result":
         content = block.get("content")
-        if isinstance(content, list):
-            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        if isinstance(content, list):  # a result of text and images: its images named (a tool-less request's text)
+            content = "".join(str(part.get("text", "")) if part.get("type") == "text" else "[image]"
+                              for part in content if isinstance(part, dict))
         told = f"[tool result{' (error)' if block.get('is_error') else ''}: {content}]"
     else:
         return block

@@ -6,6 +6,7 @@ the loop's own failure (here so the model step and the tool round can raise it w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,11 @@ class Edge(Protocol):
         it part of the settle's write instead of a write of its own. A crash before that write then loses the
         step as a crash before the step's own write would have.
         """
+        ...
+
+    def keep_files(self, files: Mapping[str, bytes]) -> None:
+        """Store files (SHA-256 -> bytes) beside the unit's owner, where its requests read them (a tool's images),
+        before the step that refers to them is journaled."""
         ...
 
     def emit(self, events: list[EventDraft]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from agent.messages import Message
+from agent.messages import Message, ToolContent
 from agent.provider.base import TokenUsage
 
 
@@ -47,7 +47,7 @@ class DedupEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    content: str
+    content: ToolContent
     is_error: bool
     mutations: int
 

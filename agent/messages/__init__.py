@@ -32,10 +32,15 @@ class ToolUseBlock(_Block):
     input: dict[str, Any]
 
 
+ResultPart = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+ToolContent = str | tuple[ResultPart, ...]
+"""A tool's result: text (how every stored result of before images is kept), or text and images in order."""
+
+
 class ToolResultBlock(_Block):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
-    content: str
+    content: ToolContent
     is_error: bool = False
     # Set when Baton wrote the result itself (an interrupted call), never by a tool.
     synthesized: bool = False
@@ -156,10 +161,29 @@ def dump_message(message: Message) -> str:
     return message.model_dump_json()
 
 
-def block_to_api(block: AnswerBlock | ToolResultBlock) -> dict[str, Any]:
-    """The Messages API form of a block (Baton-only fields removed)."""
+def result_text(content: ToolContent) -> str:
+    """A result's text, an image told as `[image NAME]`: what a display, a log or a text-only API shows of it."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.text if isinstance(p, TextBlock) else f"[image {p.name or p.sha256[:12]}]" for p in content)
+
+
+def result_images(content: ToolContent) -> tuple[ImageBlock, ...]:
+    return () if isinstance(content, str) else tuple(p for p in content if isinstance(p, ImageBlock))
+
+
+def _content_to_api(content: ToolContent, files: FileSource | None) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    return [media_to_api(p, files) if isinstance(p, ImageBlock) else p.model_dump() for p in content]
+
+
+def block_to_api(block: AnswerBlock | ToolResultBlock, files: FileSource | None = None) -> dict[str, Any]:
+    """The Messages API form of a block (Baton-only fields removed); a result's images read from `files`."""
     if isinstance(block, ToolResultBlock):
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
+        out: dict[str, Any] = {
+            "type": "tool_result", "tool_use_id": block.tool_use_id, "content": _content_to_api(block.content, files),
+        }
         if block.is_error:
             out["is_error"] = True
         return out
@@ -183,7 +207,7 @@ def to_api(
             continue
         foreign = model is not None and message.model != model
         blocks = [
-            media_to_api(b, files) if isinstance(b, ImageBlock | DocumentBlock) else block_to_api(b)
+            media_to_api(b, files) if isinstance(b, ImageBlock | DocumentBlock) else block_to_api(b, files)
             for b in message.content
             if not isinstance(b, NoticeBlock) and not (foreign and isinstance(b, REASONING))
         ]

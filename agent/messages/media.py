@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+import math
 from typing import Any, Literal, Protocol
+
+import imagesize
 
 from agent.messages.base import _Block
 
@@ -110,6 +114,27 @@ def file_block(data: bytes, media_type: str, name: str | None = None) -> FileBlo
     """The transcript's block for a checked file (its bytes go to the store under the same hash)."""
     kind = DocumentBlock if media_type in DOCUMENT_TYPES else ImageBlock
     return kind(media_type=media_type, sha256=digest(data), bytes=len(data), name=name)
+
+
+# Anthropic scales an image down to at most 1568 pixels on its long edge and about 1.15 megapixels before the model
+# sees it, then counts width x height / 750 tokens.
+LONG_EDGE = 1568
+MAX_PIXELS = 1_150_000
+PIXELS_PER_TOKEN = 750
+UNREADABLE_IMAGE_TOKENS = math.ceil(MAX_PIXELS / PIXELS_PER_TOKEN)  # an image whose header says no size: the most
+
+
+def image_tokens(data: bytes) -> int:
+    """The tokens an image costs the model, as Anthropic counts them: width x height / 750 after its scaling, the
+    size read from the image's header."""
+    try:
+        width, height = imagesize.get(io.BytesIO(data))
+    except (ValueError, OSError):
+        width = height = -1
+    if width <= 0 or height <= 0:
+        return UNREADABLE_IMAGE_TOKENS
+    scale = min(1.0, LONG_EDGE / max(width, height), math.sqrt(MAX_PIXELS / (width * height)))
+    return max(1, math.ceil(int(width * scale) * int(height * scale) / PIXELS_PER_TOKEN))
 
 
 def encode(data: bytes) -> str:

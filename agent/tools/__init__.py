@@ -5,6 +5,7 @@ and MCP servers' tools."""
 
 from __future__ import annotations
 
+from agent.tools.content import Image
 from agent.tools.definition import (
     IDEMPOTENCY_PARAM,
     RESULT_CAP_CHARS,
@@ -22,6 +23,7 @@ __all__ = [
     "IDEMPOTENCY_PARAM",
     "RESULT_CAP_CHARS",
     "Effect",
+    "Image",
     "Tool",
     "ToolOutcome",
     "by_name",

@@ -1,6 +1,7 @@
-"""Tools: the `@tool` decorator, schemas from type hints, `BATON_TOOLS` loading, and the one cap seam.
+"""Tools: the `@tool` decorator, schemas from type hints, `BATON_TOOLS` loading, and running a call.
 
-Every tool result, whatever produced it, passes through `cap_result` before it re-enters a prompt.
+Every tool result, whatever produced it, passes through the cap (agent/tools/capping.py) before it re-enters a
+prompt.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import re
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -18,9 +18,11 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import ConfigDict, ValidationError, create_model
 
 from agent.errors import ToolDefinitionError, ToolError, ToolLoadError
+from agent.messages import ToolContent
+from agent.tools.capping import RESULT_CAP_CHARS, cap_content, cap_result
+from agent.tools.content import FileBytes, tool_content
 
 Effect = Literal["read", "write"]
-RESULT_CAP_CHARS = 16_000
 IDEMPOTENCY_PARAM = "idempotency_key"
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -80,8 +82,12 @@ def stand_in_for(name: str, description: str, input_schema: dict[str, Any]) -> T
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    content: str
+    """A call's result; `files`: the bytes of its images by SHA-256, for the chat's file store (the result itself
+    holds only their references)."""
+
+    content: ToolContent
     is_error: bool = False
+    files: FileBytes = field(default_factory=dict)
 
 
 def tool(
@@ -161,68 +167,6 @@ def _schema_for(f: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
     return schema, validator
 
 
-def cap_result(text: str, limit: int = RESULT_CAP_CHARS) -> str:
-    """The one seam every tool result passes through before it re-enters a prompt.
-
-    Over `limit`, the head (three quarters of what fits) and the tail (the rest) are kept and the cut is
-    marked between them: a command's exit status comes first and its last lines (where errors land) last.
-    The result is at most `limit` characters, marker included, and the marker counts exactly the characters
-    of the original that are missing, so the model is never told less was cut than was.
-
-    A result is capped more than once on its way to a prompt (by the tool's own output cap, by `execute`,
-    when it is recorded, and again when a read is served from the dedup map), so capping composes: a capped
-    result is within its limit and passes through unchanged, and one capped again to a smaller limit is cut
-    as its original would have been, the earlier marker's count carried into the new one. The earlier
-    marker is recognised only where this function puts it (the exact split a cap of that length makes).
-
-    A limit too small for the marker itself (about 25 characters, never a real cap) keeps the head alone,
-    unmarked: there is no room to say what was cut.
-    """
-    if len(text) <= limit:
-        return text
-    earlier = _earlier_cut(text)
-    if earlier is None:
-        head_of, cut_before, tail_of = text, 0, text
-        total = len(text)
-    else:
-        head_of, cut_before, tail_of = earlier
-        total = len(head_of) + cut_before + len(tail_of)
-    keep = _kept(total, limit)
-    if keep is None:
-        return head_of[:limit]
-    tail = keep // 4
-    return head_of[: keep - tail] + _MARKER.format(cut=total - keep) + (tail_of[len(tail_of) - tail :] if tail else "")
-
-
-_MARKER = "\n[… {cut} characters cut …]\n"
-_MARKED = re.compile(r"\n\[… ([1-9][0-9]*) characters cut …\]\n")
-
-
-def _kept(total: int, limit: int) -> int | None:
-    """How many characters of a `total`-character original a cap to `limit` keeps (the marker takes the rest,
-    so the result is exactly `limit` long); None when even the marker does not fit. The marker's length
-    depends on its count's digits and the count on what is kept: the first digit count that agrees is taken
-    (one always does; the first keeps the most)."""
-    for digits in range(1, len(str(total)) + 2):
-        keep = limit - len(_MARKER.format(cut="")) - digits
-        if keep < 0:
-            return None
-        if len(str(total - keep)) == digits:
-            return keep
-    raise AssertionError("unreachable: some digit count always agrees")
-
-
-def _earlier_cut(text: str) -> tuple[str, int, str] | None:
-    """(head, characters cut, tail) when `text` is exactly what `cap_result` made of a longer original."""
-    for marked in _MARKED.finditer(text):
-        head, tail = text[: marked.start()], text[marked.end() :]
-        cut = int(marked.group(1))
-        kept = len(head) + len(tail)
-        if len(tail) == kept // 4 and _kept(kept + cut, len(text)) == kept:
-            return head, cut, tail
-    return None
-
-
 def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -243,7 +187,8 @@ def execute(t: Tool, arguments: dict[str, Any], *, idempotency_key: str | None =
     if IDEMPOTENCY_PARAM in inspect.signature(t.fn).parameters:
         kwargs[IDEMPOTENCY_PARAM] = idempotency_key
     try:
-        return ToolOutcome(cap_result(_render(t.fn(**kwargs))))
+        content, files = tool_content(t.fn(**kwargs), _render)
+        return ToolOutcome(cap_content(content, RESULT_CAP_CHARS, files), files=files)
     except ToolError as err:
         return ToolOutcome(cap_result(str(err)), is_error=True)
     except Exception as err:  # a tool's bug must reach the model as a result, not end the turn

@@ -22,11 +22,14 @@ from agent.messages import (
     DENIED_WITH_REASON,
     EXPIRED_RESULT,
     INTERRUPTED_RESULT,
+    ToolContent,
     ToolResultBlock,
     ToolUseBlock,
+    result_images,
 )
 from agent.telemetry import telemetry
-from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, cap_result, execute
+from agent.tools import RESULT_CAP_CHARS, Tool, ToolOutcome, execute
+from agent.tools.capping import cap_content
 from agent.tools.definition import no_longer_available
 from agent.tools.threads import tool_threads
 
@@ -113,7 +116,7 @@ def _denied_step(
         "kind": "tool",
         "status": "done",
         "name": call.name,
-        "content": block.content,
+        "content": content_record(block.content),
         "is_error": True,
         "synthesized": False,
         "log_status": "denied",
@@ -239,14 +242,19 @@ def _record_result(
     step_id = f"tool:{call.id}"
     synthesized = status == "interrupted"
     # Capped when recorded (head and tail kept), tighter under a small context budget.
-    content = cap_result(outcome.content, result_cap_chars(config.context_tokens, RESULT_CAP_CHARS))
+    content = cap_content(outcome.content, result_cap_chars(config.context_tokens, RESULT_CAP_CHARS), outcome.files)
     block = ToolResultBlock(tool_use_id=call.id, content=content, is_error=outcome.is_error, synthesized=synthesized)
     _account(state, call, effect, block, status=status, executed=status in ("ok", "error"))
+    kept = {sha: data for sha, data in outcome.files.items() if sha in {i.sha256 for i in result_images(content)}}
+    if kept:
+        # The images' bytes go to the chat's file store before the result that refers to them is journaled: a
+        # crash between the two leaves bytes no message names (deleted with the chat), never a reference to none.
+        edge.keep_files(kept)
     record = {
         "kind": "tool",
         "status": "done",
         "name": call.name,
-        "content": block.content,
+        "content": content_record(block.content),
         "is_error": block.is_error,
         "synthesized": synthesized,
         "log_status": status,
@@ -268,6 +276,11 @@ def _record_result(
         events.insert(0, ("run.step", {"step": step_id, "kind": "tool", "name": call.name, "status": status}))
     edge.record(step_id, record, events)
     return block
+
+
+def content_record(content: ToolContent) -> str | list[dict[str, Any]]:
+    """A result's content as the journal holds it: its text, or its parts (images by reference, never bytes)."""
+    return content if isinstance(content, str) else [part.model_dump() for part in content]
 
 
 def _fresh(state: LoopState, call: ToolUseBlock) -> bool:

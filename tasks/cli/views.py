@@ -14,6 +14,7 @@ from agent.messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    result_text,
 )
 
 
@@ -54,7 +55,7 @@ def render_message(message: Message) -> str:
         elif isinstance(block, ToolUseBlock):
             parts.append(f"→ {block.name}({block.input})")
         elif isinstance(block, ToolResultBlock):
-            parts.append(f"← {'error: ' if block.is_error else ''}{block.content[:200]}")
+            parts.append(f"← {'error: ' if block.is_error else ''}{result_text(block.content)[:200]}")
         elif isinstance(block, NoticeBlock):
             parts.append(f"[{block.text}]")
         elif isinstance(block, ThinkingBlock):  # folded: a person reads the answer first

@@ -24,6 +24,7 @@ from agent.tools.definition import stand_in_for
 from agent.tools.mcp.config import ServerSpec, load_servers
 from agent.tools.mcp.connections import Servers
 from agent.tools.mcp.mapping import RemoteTool, ToolSet, baton_tool, server_of, stand_in, unavailable_text
+from agent.tools.mcp.results import ToolValue
 from agent.tools.mcp.sandboxed import RunLauncher
 from agent.tools.sandbox import SandboxPolicy
 from agent.tools.workspace import workspace_tools
@@ -357,7 +358,7 @@ def mcp_tools(settings: Settings) -> list[Tool]:
 
 
 def _as_tools(servers: Servers, name: str, listed: tuple[RemoteTool, ...], settings: Settings) -> list[Tool]:
-    def call(tool: str, arguments: dict[str, object], key: str | None) -> str:
+    def call(tool: str, arguments: dict[str, object], key: str | None) -> ToolValue:
         return servers.call(name, tool, arguments, key)
 
     tools = []

@@ -15,6 +15,7 @@ import redis
 
 from agent.events import encode_event
 from agent.loop.edge import EventDraft
+from agent.messages.media import encode
 from tasks.store import keys
 from tasks.store.failover import master_of
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
@@ -150,6 +151,13 @@ class RedisJournal:
         return sorted(
             step[5:] for step, rec in self.steps.items() if step.startswith("tool:") and rec.get("unreplicated")
         )
+
+    def keep_files(self, files: Mapping[str, bytes]) -> None:
+        """Store a step's files in the owner's file store (tasks/store/files.py), fenced: a stale holder writes
+        nothing. Content-addressed, so a replay storing them again changes nothing."""
+        if files:
+            self._fence.commit(Batch().hset(keys.files(self.owner_id), {sha: encode(d) for sha, d in files.items()},
+                                            raw=True))
 
     def emit(self, events: list[EventDraft]) -> None:
         batch = Batch()

@@ -30,8 +30,16 @@ def _part(block: Any) -> dict[str, Any]:
     if kind == "tool_use":
         return {"type": "tool_call", "id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
     if kind == "tool_result":
-        return {"type": "tool_call_response", "id": block.get("tool_use_id"), "response": block.get("content")}
+        response = _response(block.get("content"))
+        return {"type": "tool_call_response", "id": block.get("tool_use_id"), "response": response}
     return {"type": str(kind)}
+
+
+def _response(content: Any) -> Any:
+    """A result's content: its text, or its parts with each image named by type (its bytes are no span's)."""
+    if not isinstance(content, list):
+        return content
+    return [_part(b) if isinstance(b, dict) and b.get("type") != "image" else {"type": "image"} for b in content]
 
 
 def parts(content: Any) -> list[dict[str, Any]]:

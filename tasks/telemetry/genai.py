@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from agent.errors import Cancelled
 from agent.loop.failures import classify
-from agent.messages import ToolUseBlock
+from agent.messages import ToolUseBlock, result_text
 from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest, TokenUsage
 from agent.tools import Tool, ToolOutcome
 from tasks.telemetry.content import capture_content, input_messages, output_messages, system_instructions
@@ -140,7 +140,7 @@ class _ToolSpan:
                 span.set_attribute("error.type", "tool_error")
                 span.set_status(Status(StatusCode.ERROR, "tool_error"))
             if self._owner.content:
-                span.set_attribute("gen_ai.tool.call.result", outcome.content)
+                span.set_attribute("gen_ai.tool.call.result", result_text(outcome.content))
         else:  # withdrawn before it began, or abandoned after the grace (stop or drain)
             status = "abandoned" if outcome is None else "withdrawn"
             span.set_attributes({"baton.tool.status": status, "error.type": "cancelled"})

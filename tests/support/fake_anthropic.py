@@ -512,6 +512,11 @@ class FakeMessagesServer:
         with self._cond:
             return len(self.requests)
 
+    def images(self, index: int) -> list[str]:
+        """The SHA-256 of each image request `index` carried (decoded from its base64), in order."""
+        with self._cond:
+            return sse.images_of(self.requests[index])
+
     def wait_for_requests(self, n: int, timeout: float = 10.0) -> bool:
         """Block until at least `n` requests arrived; False on timeout."""
         with self._cond:

@@ -6,6 +6,8 @@ bodies) and the request validation rules can be read and checked on their own, w
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import secrets
@@ -283,6 +285,66 @@ def _blocks(message: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image type the bytes are (magic numbers), as the API reads them; None for no image it takes."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_blocks(body: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(path, block) of every image a request carries, in order: a message's own, and those inside its tool
+    results' content lists."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, m in enumerate(body.get("messages") or []):
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") == "image":
+                out.append((f"messages.{i}.content.{j}", b))
+            elif b.get("type") == "tool_result" and isinstance(b.get("content"), list):
+                out += [(f"messages.{i}.content.{j}.content.{k}", p) for k, p in enumerate(b["content"])
+                        if isinstance(p, dict) and p.get("type") == "image"]
+    return out
+
+
+def images_of(body: Mapping[str, Any]) -> list[str]:
+    """The SHA-256 of each image's decoded bytes, in the order the request carries them: what a test compares
+    with the bytes a tool returned."""
+    out = []
+    for _, block in image_blocks(body):
+        data = (block.get("source") or {}).get("data", "")
+        out.append(hashlib.sha256(base64.b64decode(data)).hexdigest())
+    return out
+
+
+def image_problem(body: Mapping[str, Any]) -> str | None:
+    """The 400 the API gives an image it cannot take: a type it does not take, bytes that are not base64, or bytes
+    of another type than the one declared."""
+    for path, block in image_blocks(body):
+        source = block.get("source") or {}
+        if source.get("type") != "base64":
+            return f"{path}.source: only base64 sources are served by this fake"
+        declared = source.get("media_type")
+        if declared not in IMAGE_TYPES:
+            return f"{path}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or " \
+                "'image/webp'"
+        try:
+            data = base64.b64decode(str(source.get("data", "")), validate=True)
+        except (binascii.Error, ValueError):
+            return f"{path}.source.base64.data: invalid base64 data"
+        if sniff_image(data) != declared:
+            return f"{path}.source.base64: Image does not match the provided media type {declared}"
+    return None
+
+
 def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True, betas: str = "") -> str | None:
     """The 400 message the real API would give this body, or None if it is acceptable.
 
@@ -305,6 +367,9 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True,
             )
     if messages[0]["role"] != "user":
         return 'messages.0.role: the first message must use the "user" role'
+    problem = image_problem(body)
+    if problem is not None:
+        return problem
     if not enforce_tool_pairing:
         return None
     for i, m in enumerate(messages):

@@ -22,6 +22,8 @@ message (pairing), a ``tool`` message answering no call, a request past ``contex
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import time
 from collections.abc import Mapping
@@ -60,6 +62,9 @@ def validate_chat(body: Mapping[str, Any], enforce_tool_pairing: bool = True) ->
     for j, t in enumerate(body.get("tools") or []):
         if t.get("type") != "function" or not (t.get("function") or {}).get("name"):
             return f"Missing required parameter: 'tools[{j}].function.name'.", f"tools[{j}]"
+    problem = _image_problem(messages)
+    if problem is not None:
+        return problem
     if not enforce_tool_pairing:
         return None
     for i, m in enumerate(messages):
@@ -86,6 +91,53 @@ def validate_chat(body: Mapping[str, Any], enforce_tool_pairing: bool = True) ->
                     "'tool_calls'."
                 ), f"messages.[{i}].role"
     return None
+
+
+def _image_parts(content: Any) -> list[tuple[int, dict[str, Any]]]:
+    if not isinstance(content, list):
+        return []
+    return [(k, p) for k, p in enumerate(content) if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def _data_url(url: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) of a base64 data URL; None when it is not one."""
+    head, comma, data = url.partition(",")
+    if not comma or not head.startswith("data:") or not head.endswith(";base64"):
+        return None
+    try:
+        return head[len("data:") : -len(";base64")], base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _image_problem(messages: list[Any]) -> tuple[str, str | None] | None:
+    """The API's 400s for images: an image in a message of another role than `user` (a `tool` message takes text
+    only), an image URL that is no base64 data URL (this fake fetches nothing), bytes that are no image."""
+    for i, m in enumerate(messages):
+        for k, part in _image_parts(m.get("content")):
+            if m["role"] != "user":
+                return (f"Image URLs are only allowed for messages with role 'user', but this message with role "
+                        f"'{m['role']}' contains an image URL."), f"messages.[{i}].content.[{k}].image_url"
+            found = _data_url(str((part.get("image_url") or {}).get("url", "")))
+            if found is None or sse.sniff_image(found[1]) is None:
+                return "Invalid image.", f"messages.[{i}].content.[{k}].image_url"
+    return None
+
+
+def _neutral_parts(content: Any) -> list[dict[str, Any]]:
+    """A user message's content as Messages API blocks: text, and each image as a base64 image block."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    out: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else []:
+        if part.get("type") == "text":
+            out.append({"type": "text", "text": part.get("text", "")})
+        elif part.get("type") == "image_url":
+            found = _data_url(str((part.get("image_url") or {}).get("url", "")))
+            if found is not None:
+                data = base64.b64encode(found[1]).decode()
+                out.append({"type": "image", "source": {"type": "base64", "media_type": found[0], "data": data}})
+    return out
 
 
 def neutral_body(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,11 +171,11 @@ def neutral_body(body: Mapping[str, Any]) -> dict[str, Any]:
                 out.append({"role": "user", "content": [result]})
                 open_results = True
         elif role == "user":
-            text = {"type": "text", "text": m.get("content") if isinstance(m.get("content"), str) else ""}
+            parts = _neutral_parts(m.get("content"))
             if open_results:
-                out[-1]["content"].append(text)
+                out[-1]["content"].extend(parts)
             else:
-                out.append({"role": "user", "content": [text]})
+                out.append({"role": "user", "content": parts})
             open_results = False
     neutral: dict[str, Any] = {"model": body.get("model"), "messages": out, "stream": body.get("stream", False)}
     if system:

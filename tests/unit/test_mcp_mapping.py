@@ -17,7 +17,6 @@ from agent.messages import INTERRUPTED_RESULT, user_text
 from agent.provider.scripted import ScriptedProvider, reply_text, reply_tool
 from agent.tools import execute, tool
 from agent.tools.mcp.config import load_servers, parse_servers
-from agent.tools.mcp.connections import result_text
 from agent.tools.mcp.mapping import (
     RemoteTool,
     ToolSet,
@@ -28,6 +27,7 @@ from agent.tools.mcp.mapping import (
     stand_in,
     unavailable_text,
 )
+from agent.tools.mcp.results import result_text
 
 
 def _doc(servers: dict) -> str:
@@ -158,7 +158,9 @@ def test_a_result_is_its_text_parts_or_its_structured_content():
     mixed = CallToolResult(
         content=[TextContent(type="text", text="a"), ImageContent(type="image", data="", mime_type="image/png")]
     )
-    assert result_text(mixed) == "a\n[image content]"
+    assert result_text(mixed) == (
+        "a\n[image content (image/png): not an image type a model takes (PNG, JPEG, GIF, WebP)]"
+    )
     assert result_text(CallToolResult(content=[], structured_content={"n": 1})) == '{"n": 1}'
 
 

@@ -289,7 +289,7 @@ function assistantBlock(blocks, results, { live = false, continued = false, who 
     } else if (b.type === "tool_use") {
       const r = results.get(b.id);
       const status = !r ? "no result" : r.synthesized ? "interrupted" : r.is_error ? "error" : "ok";
-      body.push(toolChip(b.name, b.input, status, r ? r.content : null));
+      body.push(toolChip(b.name, b.input, status, r ? resultText(r.content) : null));
     }
   }
   const cls = `msg msg-assistant${live ? " is-live" : ""}${continued ? " is-continued" : ""}`;
@@ -314,6 +314,12 @@ function thinkingFold(text, live) {
 }
 
 /** A tool call on one line (name, input, result status); its input and result on demand. */
+// A result's text; a result of text and images (a list of blocks) names each image where it stood.
+function resultText(content) {
+  if (!Array.isArray(content)) return content;
+  return content.map((p) => (p.type === "image" ? `[image ${p.name || p.sha256.slice(0, 12)}]` : p.text || "")).join("\n");
+}
+
 function toolChip(name, input, status, result = null) {
   return h(
     "details",

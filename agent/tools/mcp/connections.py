@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 from agent.errors import ToolError
 from agent.tools.mcp.config import ServerSpec
 from agent.tools.mcp.mapping import META_KEY, RemoteTool
+from agent.tools.mcp.results import ToolValue, result_text, result_value
 from agent.tools.mcp.stderr import stdio_logging_stderr
 
 log = logging.getLogger("baton.mcp")
@@ -50,17 +50,6 @@ def remote_tools(listed: Any) -> tuple[RemoteTool, ...]:
         annotations = t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {}
         out.append(RemoteTool(t.name, t.description or "", dict(t.input_schema), annotations))
     return tuple(out)
-
-
-def result_text(result: Any) -> str:
-    """A `CallToolResult`'s content as one text: text parts joined, others named; structured content as JSON."""
-    parts = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')} content]")
-    if not parts and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
-    return "\n".join(parts)
 
 
 class Session:
@@ -259,17 +248,17 @@ class Servers:
             log.info("mcp: server %s started (%d tools)", name, len(self.tools[name]))
             return fresh
 
-    def call(self, server: str, tool: str, arguments: dict[str, Any], key: str | None) -> str:
-        """Call `server`'s `tool` (starting the server if it is down): the result's text, or ToolError."""
+    def call(self, server: str, tool: str, arguments: dict[str, Any], key: str | None) -> ToolValue:
+        """Call `server`'s `tool` (starting the server if it is down): the result (agent/tools/mcp/results.py), or
+        ToolError."""
         budget = self.start_timeout + self.call_timeout + CLOSE_TIMEOUT + 1
         try:
             result = self._submit(self._call(server, tool, arguments, key), budget)
         except concurrent.futures.TimeoutError:
             raise ToolError(f"MCP server {server!r} did not answer within {budget:g} s") from None
-        text = result_text(result)
         if result.is_error:
-            raise ToolError(text or f"MCP tool {tool!r} of server {server!r} failed")
-        return text
+            raise ToolError(result_text(result) or f"MCP tool {tool!r} of server {server!r} failed")
+        return result_value(result)
 
     async def _call(self, server: str, tool: str, arguments: dict[str, Any], key: str | None) -> Any:
         from mcp.shared.exceptions import MCPError

@@ -82,8 +82,9 @@ def takes_key(schema: Mapping[str, Any]) -> bool:
     return isinstance(properties, Mapping) and IDEMPOTENCY_PARAM in properties
 
 
-Call = Callable[[str, dict[str, Any], "str | None"], str]
-"""(tool's own name, arguments, idempotency key or None) -> the result's text; raises ToolError for an error."""
+Call = Callable[[str, dict[str, Any], "str | None"], Any]
+"""(tool's own name, arguments, idempotency key or None) -> the result as a tool returns it (a text, or texts and
+images: agent/tools/mcp/results.py); raises ToolError for an error."""
 
 
 def baton_tool(server: str, remote: RemoteTool, mode: ApprovalMode, call: Call) -> Tool:
@@ -96,7 +97,7 @@ def baton_tool(server: str, remote: RemoteTool, mode: ApprovalMode, call: Call) 
     effect, idempotent = effect_of(remote.annotations)
     keyed = takes_key(schema)
 
-    def fn(idempotency_key: str | None = None, **arguments: Any) -> str:
+    def fn(idempotency_key: str | None = None, **arguments: Any) -> Any:
         if keyed and idempotency_key is not None:
             arguments = {**arguments, IDEMPOTENCY_PARAM: idempotency_key}
         return call(remote.name, arguments, idempotency_key)
