@@ -214,7 +214,10 @@ class _Provider:
     def __init__(self) -> None:
         self.sent = 0
 
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         self.sent += 1
         return Answer("m1", (TextBlock(text="hi"),), "end_turn", TokenUsage(10, 7))
 
@@ -284,7 +287,10 @@ def test_requests_left_read_from_either_api() -> None:
 
 
 class _Refusing(_Provider):
-    def stream(self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None) -> Answer:
+    def stream(
+        self, request: ProviderRequest, *, cancel: CancelToken, on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
+    ) -> Answer:
         self.sent += 1
         refusal = RateLimited(30.0, "a 429 asking for 30 s")  # classified provider_rate_limited, retry-after 30
         raise AttemptFailed(refusal, TokenUsage(12, 0), had_output=False)
