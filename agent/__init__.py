@@ -6,7 +6,7 @@ Nothing in this package imports Celery; Redis is reached only through the small 
 
 from typing import Any
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "Price"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> Any:
         from agent.agents.definition import Agent
 
         return Agent
+    if name == "Price":
+        from agent.provider.price import Price
+
+        return Price
     raise AttributeError(f"module 'agent' has no attribute {name!r}")

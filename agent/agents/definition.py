@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.errors import BatonError
+from agent.provider.price import Price
 from agent.tools.definition import Tool
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -50,6 +51,8 @@ class Agent(BaseModel):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """The NAME of the environment variable holding this agent's key (never the key)."""
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    price: Price | None = None
+    """US dollars per million tokens: usage then carries `cost_usd`, and dollar budgets apply. None: no cost."""
     upgrade: bool = False
     """True: units in flight move to a new version of this agent at their next execution, and say so."""
 

@@ -5,8 +5,8 @@ definition of that agent has another version runs the unit from the recorded one
 no unit in the middle. The version is the first 12 hex digits of a SHA-256 of the canonical JSON of everything
 that shapes what the model is asked or what its calls may do: provider, model and models, instructions, each
 tool's name, description, schema and effect, the MCP servers named, the model settings and the endpoint (the
-name of the key's variable, never the key). The queue and `upgrade` are how the fleet treats its units, not
-what they run, and are left out.
+name of the key's variable, never the key). The queue, `upgrade` and the price are how the fleet treats its
+units, not what they run, and are left out (a new price applies to units in flight without moving them).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.agents.definition import Agent, Thinking
+from agent.provider.price import Price
 from agent.tools.definition import Tool
 
 VERSION_HEX = 12
@@ -62,6 +63,7 @@ class Resolved:
     api_key_env: str | None = None
     queue: str | None = None
     upgrade: bool = False
+    price: Price | None = None
     version: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -87,7 +89,7 @@ class Resolved:
     def as_dict(self) -> dict[str, Any]:
         """The whole definition as JSON-able data (what the store keeps under the version)."""
         return {"name": self.name, "version": self.version, **self.fingerprinted(), "queue": self.queue,
-                "upgrade": self.upgrade}
+                "upgrade": self.upgrade, "price": self.price.model_dump() if self.price is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Resolved:
@@ -107,6 +109,7 @@ class Resolved:
             api_key_env=data.get("api_key_env"),
             queue=data.get("queue"),
             upgrade=bool(data.get("upgrade", False)),
+            price=Price.model_validate(data["price"]) if data.get("price") else None,
             version=data.get("version", ""),
         )
 
@@ -149,4 +152,5 @@ def resolve(agent: Agent, *, provider: str, model: str) -> Resolved:
         api_key_env=agent.api_key_env,
         queue=agent.queue,
         upgrade=agent.upgrade,
+        price=agent.price,
     )

@@ -37,6 +37,8 @@ from tasks.execution.seeding import Seeding
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
+from tasks.store.budget_rules import unit_scopes
+from tasks.store.budgets import RedisSpend
 from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
@@ -321,6 +323,7 @@ class Execution(Seeding):
                 config=config,
                 live=self.live,
                 files=StoredFiles(self.client, unit.owner_id),
+                spend=RedisSpend(self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent)),
             )
         except Cancelled as stop:
             if stop.reason == "stop":

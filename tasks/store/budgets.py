@@ -1,0 +1,220 @@
+"""Budgets in Redis: a reservation before each provider attempt and its settlement after, each one Lua script.
+
+Where the keys live. A unit's budgets span owners: a user's chats and runs sit on many masters of a cluster
+(each unit's keys carry its shard's tag, tasks/store/keys.py), an agent's and the fleet's budget on none in
+particular. An attempt's reservation must check and hold every budget that applies to its unit at once, or two
+workers could each pass a check the other's hold would have failed; so every budget and every held reservation
+is under one hash tag, `{budgets}`, and a reservation is one script on one slot. The price is one hot slot: its
+master runs two short scripts per provider attempt for the whole fleet. An attempt lasts seconds and a script
+microseconds (bench/budgets.py), so one master carries thousands of attempts a second before it notices; the
+alternatives were worse: a budget split per shard cannot say "spent plus reserved never exceeds the limit"
+without a second phase, and a cross-slot transaction does not exist. On one Redis or Sentinel the keys are the
+same, so nothing here depends on the topology.
+
+Idempotence. A reservation's id is its execution's id and a counter: never reused, so an execution that resumes a
+unit can never settle an earlier execution's attempt as its own. A settlement deletes the held entry, and settles
+only an entry it finds: a settlement sent twice, or one the sweep settled first, changes nothing. The reserving
+script settles, at their worst case, the entries an earlier execution of the same owner left held (that
+execution is gone: the lease is this one's), and the lost-worker sweep does the same for a unit it recovers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from agent.loop.spend import BudgetExceeded, Charge
+from tasks.store import budget_rules, keys
+from tasks.store.fenced import registered
+from tasks.store.replies import text
+
+# Rolls a budget's window over (spent back to 0) when its period's current window is later than the stored one,
+# and settles one held reservation to (tokens, nanos): its reserve leaves every budget it was held on (the same
+# budget: same epoch, not one cleared and set again since), and what it cost joins their spent.
+_COMMON = """
+local function roll(k, day, month)
+  local b = redis.call('HMGET', k, 'period', 'window')
+  local w = 'total'
+  if b[1] == 'day' then w = day elseif b[1] == 'month' then w = month end
+  if b[2] ~= w and (not b[2] or w > b[2]) then
+    redis.call('HSET', k, 'window', w, 'spent_tokens', 0, 'spent_nanos', 0)
+  end
+end
+local function release(held, rid, r, tokens, nanos, day, month)
+  for k, epoch in pairs(r.s) do
+    if redis.call('HGET', k, 'epoch') == epoch then
+      roll(k, day, month)
+      redis.call('HINCRBY', k, 'reserved_tokens', -r.t)
+      redis.call('HINCRBY', k, 'reserved_nanos', -r.n)
+      redis.call('HINCRBY', k, 'spent_tokens', tokens)
+      redis.call('HINCRBY', k, 'spent_nanos', nanos)
+    end
+  end
+  redis.call('HDEL', held, rid)
+end
+"""
+
+# KEYS: the unit's budget keys, then its owner's held hash. ARGV: reservation id, execution id, tokens, nanos, day,
+# month. Reply {1} (held), {2} (no budget applies: nothing held, nothing to settle), or {0, index of the budget it
+# would pass, 'usd'|'tokens', spent, reserved, limit, period}.
+RESERVE = _COMMON + """
+local held = KEYS[#KEYS]
+local rid, exe, t, n, day, month = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+if redis.call('HEXISTS', held, rid) == 1 then return {1} end
+local old = redis.call('HGETALL', held)
+for i = 1, #old, 2 do
+  local r = cjson.decode(old[i + 1])
+  if r.x ~= exe then release(held, old[i], r, r.t, r.n, day, month) end
+end
+local on = {}
+for i = 1, #KEYS - 1 do
+  local k = KEYS[i]
+  local b = redis.call('HMGET', k, 'epoch', 'usd', 'tokens', 'period')
+  if b[1] then
+    roll(k, day, month)
+    local v = redis.call('HMGET', k, 'spent_tokens', 'reserved_tokens', 'spent_nanos', 'reserved_nanos')
+    local st, rt, sn, rn = tonumber(v[1] or 0), tonumber(v[2] or 0), tonumber(v[3] or 0), tonumber(v[4] or 0)
+    if b[3] and b[3] ~= '' and st + rt + t > tonumber(b[3]) then
+      return {0, i, 'tokens', st, rt, b[3], b[4]}
+    end
+    if n > 0 and b[2] and b[2] ~= '' and sn + rn + n > tonumber(b[2]) then
+      return {0, i, 'usd', sn, rn, b[2], b[4]}
+    end
+    on[k] = b[1]
+  end
+end
+if next(on) == nil then return {2} end
+for k, _ in pairs(on) do
+  redis.call('HINCRBY', k, 'reserved_tokens', t)
+  redis.call('HINCRBY', k, 'reserved_nanos', n)
+end
+redis.call('HSET', held, rid, cjson.encode({x = exe, t = t, n = n, s = on}))
+return {1}
+"""
+
+# KEYS: the owner's held hash. ARGV: reservation id, tokens, nanos ('worst': what it holds), day, month.
+# Reply 1 (settled now) or 0 (not held: settled already). The budgets it names share the hash tag, so one slot.
+SETTLE = _COMMON + """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local r = cjson.decode(raw)
+local t, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[2] == 'worst' then t, n = r.t, r.n end
+release(KEYS[1], ARGV[1], r, t, n, ARGV[4], ARGV[5])
+return 1
+"""
+
+# KEYS: the budget. ARGV: a new epoch, usd limit (nanos, '' for none), tokens limit ('' for none), period, window.
+# A budget set again keeps what it spent and holds (raising a limit does not forget the month so far).
+SET = """
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 0 then
+  redis.call('HSET', k, 'epoch', ARGV[1], 'spent_tokens', 0, 'spent_nanos', 0, 'reserved_tokens', 0,
+             'reserved_nanos', 0, 'window', ARGV[5])
+elseif redis.call('HGET', k, 'period') ~= ARGV[4] then
+  redis.call('HSET', k, 'window', ARGV[5])
+end
+redis.call('HSET', k, 'usd', ARGV[2], 'tokens', ARGV[3], 'period', ARGV[4])
+return redis.call('HGETALL', k)
+"""
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def set_args(scope: str, usd: float | None, tokens: int | None, period: str, now: datetime) -> list[str]:
+    """The SET script's ARGV (the limits checked first: `BudgetError`)."""
+    nanos, limit = budget_rules.check_limits(usd, tokens, period)
+    return [
+        secrets.token_hex(8),
+        "" if nanos is None else str(nanos),
+        "" if limit is None else str(limit),
+        period,
+        budget_rules.window(period, now),
+    ]
+
+
+def set_budget(client: redis.Redis, scope: str, usd: float | None, tokens: int | None, period: str) -> dict[str, Any]:
+    """Set (or change) the budget of `scope`; returns `c.budget(scope)`'s answer."""
+    budget_rules.check_scope(scope)
+    now = now_utc()
+    raw = client.eval(SET, 1, keys.budget(scope), *set_args(scope, usd, tokens, period, now))
+    out = budget_rules.answer(scope, raw, now)
+    assert out is not None
+    return out
+
+
+def read_budget(client: redis.Redis, scope: str) -> dict[str, Any] | None:
+    """`c.budget(scope)`'s answer, None when `scope` has no budget."""
+    budget_rules.check_scope(scope)
+    return budget_rules.answer(scope, client.hgetall(keys.budget(scope)), now_utc())
+
+
+def clear_budget(client: redis.Redis, scope: str) -> bool:
+    """Remove the budget of `scope` (reservations held on it are forgotten by it); False when it had none."""
+    budget_rules.check_scope(scope)
+    return bool(client.delete(keys.budget(scope)))
+
+
+NOTHING_HELD = ""  # the id of a reservation no budget held: nothing to settle
+
+
+class RedisSpend:
+    """A unit's budgets for one execution: the `Spend` the loop reserves from and settles to."""
+
+    def __init__(self, client: redis.Redis, owner_id: str, scopes: list[str]) -> None:
+        self.execution = secrets.token_hex(8)
+        self._client = client
+        self._scopes = scopes
+        self._keys = [*(keys.budget(s) for s in scopes), keys.budget_held(owner_id)]
+        self._held = self._keys[-1]
+        self._reserve = registered(client, RESERVE)
+        self._settle = registered(client, SETTLE)
+        self._count = itertools.count(1)
+
+    def reserve(self, worst: Charge) -> str:
+        """Hold `worst` on every budget of the unit, or raise `BudgetExceeded` naming the one it would pass."""
+        rid = f"{self.execution}:{next(self._count)}"
+        now = now_utc()
+        day, month = budget_rules.windows(now)
+        reply = self._reserve(keys=self._keys, args=[rid, self.execution, worst.tokens, worst.nanos, day, month])
+        if int(reply[0]) == 1:
+            return rid
+        if int(reply[0]) == 2:
+            return NOTHING_HELD
+        index, unit, spent, reserved, limit, period = reply[1:7]
+        scope = self._scopes[int(index) - 1]
+        asked = worst.tokens if text(unit) == "tokens" else worst.nanos
+        message = budget_rules.refusal(
+            scope, text(unit), int(spent), int(reserved), int(limit), asked, text(period), now
+        )
+        raise BudgetExceeded(message, scope=scope)
+
+    def settle(self, reservation: str, actual: Charge) -> None:
+        if reservation == NOTHING_HELD:
+            return  # no budget applied when it was reserved: one command per attempt, not two
+        day, month = budget_rules.windows(now_utc())
+        self._settle(keys=[self._held], args=[reservation, actual.tokens, actual.nanos, day, month])
+
+
+def release_lost(client: redis.Redis, owner_id: str) -> int:
+    """Settle at their worst case every reservation the owner's units hold (the sweep, for a unit whose worker was
+    lost: the attempt may have been billed). Returns how many it settled."""
+    held = keys.budget_held(owner_id)
+    day, month = budget_rules.windows(now_utc())
+    script = registered(client, SETTLE)
+    settled = 0
+    for rid in client.hkeys(held):
+        settled += int(script(keys=[held], args=[text(rid), "worst", "worst", day, month]))
+    return settled
+
+
+def held(client: redis.Redis, owner_id: str) -> dict[str, dict[str, Any]]:
+    """The reservations the owner's units hold now (for tests and `baton budget show`'s readers)."""
+    return {text(k): json.loads(text(v)) for k, v in client.hgetall(keys.budget_held(owner_id)).items()}
