@@ -45,14 +45,17 @@ local function roll(k, day, month)
     redis.call('HSET', k, 'window', w, 'spent_tokens', 0, 'spent_nanos', 0)
   end
 end
+local function int(x)
+  return string.format('%d', x)  -- not tostring: a Lua -0 would be "-0", which HINCRBY refuses
+end
 local function release(held, rid, r, tokens, nanos, day, month)
   for k, epoch in pairs(r.s) do
     if redis.call('HGET', k, 'epoch') == epoch then
       roll(k, day, month)
-      redis.call('HINCRBY', k, 'reserved_tokens', -r.t)
-      redis.call('HINCRBY', k, 'reserved_nanos', -r.n)
-      redis.call('HINCRBY', k, 'spent_tokens', tokens)
-      redis.call('HINCRBY', k, 'spent_nanos', nanos)
+      redis.call('HINCRBY', k, 'reserved_tokens', int(-r.t))
+      redis.call('HINCRBY', k, 'reserved_nanos', int(-r.n))
+      redis.call('HINCRBY', k, 'spent_tokens', int(tokens))
+      redis.call('HINCRBY', k, 'spent_nanos', int(nanos))
     end
   end
   redis.call('HDEL', held, rid)
@@ -90,8 +93,8 @@ for i = 1, #KEYS - 1 do
 end
 if next(on) == nil then return {2} end
 for k, _ in pairs(on) do
-  redis.call('HINCRBY', k, 'reserved_tokens', t)
-  redis.call('HINCRBY', k, 'reserved_nanos', n)
+  redis.call('HINCRBY', k, 'reserved_tokens', int(t))
+  redis.call('HINCRBY', k, 'reserved_nanos', int(n))
 end
 redis.call('HSET', held, rid, cjson.encode({x = exe, t = t, n = n, s = on}))
 return {1}
