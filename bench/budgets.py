@@ -98,7 +98,9 @@ def _measure(url: str, n: int) -> list[Row]:
             r.ping()
             ping.append((time.perf_counter() - started) * 1e6)
     free_trips, free_ran = counted(bare, 500, arms["free"])
+    r.config_resetstat()
     held_trips, held_ran = counted(r, 500, arms["held"])
+    script_us = float(r.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
     answer = budgets.read_budget(r, scopes[0])
     assert answer is not None and answer["reserved_tokens"] == 0, answer
     base = median(times["none"])
@@ -112,6 +114,7 @@ def _measure(url: str, n: int) -> list[Row]:
         Row("round trips an attempt, 4 budgets held", held_trips, "commands", "<= 2", judge(held_trips, at_most=2)),
         Row("commands Redis ran an attempt, no budget applies", free_ran, "commands", "", "info"),
         Row("commands Redis ran an attempt, 4 budgets held", held_ran, "commands", "", "info"),
+        Row("Redis time per script (reserve or settle), 4 budgets held", script_us, "us", "", "info"),
     ]
 
 

@@ -33,29 +33,35 @@ from tasks.store import budget_rules, keys
 from tasks.store.fenced import registered
 from tasks.store.replies import text
 
-# Rolls a budget's window over (spent back to 0) when its period's current window is later than the stored one,
-# and settles one held reservation to (tokens, nanos): its reserve leaves every budget it was held on (the same
-# budget: same epoch, not one cleared and set again since), and what it cost joins their spent.
+# `load` reads a budget in one HMGET and rolls its window over (spent back to 0) when its period's current window is
+# later than the stored one; `release` settles one held reservation to (tokens, nanos): its reserve leaves every
+# budget it was held on (the same budget: same epoch, not one cleared and set again since), and what it cost joins
+# their spent. Integers are written with string.format: tostring would write a Lua -0 as "-0", which HINCRBY and
+# the readers refuse, and doubles hold the sums exactly far beyond any budget.
 _COMMON = """
-local function roll(k, day, month)
-  local b = redis.call('HMGET', k, 'period', 'window')
-  local w = 'total'
-  if b[1] == 'day' then w = day elseif b[1] == 'month' then w = month end
-  if b[2] ~= w and (not b[2] or w > b[2]) then
-    redis.call('HSET', k, 'window', w, 'spent_tokens', 0, 'spent_nanos', 0)
-  end
-end
 local function int(x)
-  return string.format('%d', x)  -- not tostring: a Lua -0 would be "-0", which HINCRBY refuses
+  return string.format('%d', x)
+end
+local function load(k, day, month)
+  local v = redis.call('HMGET', k, 'epoch', 'usd', 'tokens', 'period', 'window', 'spent_tokens', 'reserved_tokens',
+                       'spent_nanos', 'reserved_nanos')
+  if not v[1] then return nil end
+  local b = {epoch = v[1], usd = v[2], tokens = v[3], period = v[4], st = tonumber(v[6] or 0),
+             rt = tonumber(v[7] or 0), sn = tonumber(v[8] or 0), rn = tonumber(v[9] or 0)}
+  local w = 'total'
+  if v[4] == 'day' then w = day elseif v[4] == 'month' then w = month end
+  if v[5] ~= w and (not v[5] or w > v[5]) then
+    redis.call('HSET', k, 'window', w, 'spent_tokens', 0, 'spent_nanos', 0)
+    b.st, b.sn = 0, 0
+  end
+  return b
 end
 local function release(held, rid, r, tokens, nanos, day, month)
   for k, epoch in pairs(r.s) do
-    if redis.call('HGET', k, 'epoch') == epoch then
-      roll(k, day, month)
-      redis.call('HINCRBY', k, 'reserved_tokens', int(-r.t))
-      redis.call('HINCRBY', k, 'reserved_nanos', int(-r.n))
-      redis.call('HINCRBY', k, 'spent_tokens', int(tokens))
-      redis.call('HINCRBY', k, 'spent_nanos', int(nanos))
+    local b = load(k, day, month)
+    if b and b.epoch == epoch then
+      redis.call('HSET', k, 'reserved_tokens', int(b.rt - r.t), 'reserved_nanos', int(b.rn - r.n),
+                 'spent_tokens', int(b.st + tokens), 'spent_nanos', int(b.sn + nanos))
     end
   end
   redis.call('HDEL', held, rid)
@@ -74,27 +80,22 @@ for i = 1, #old, 2 do
   local r = cjson.decode(old[i + 1])
   if r.x ~= exe then release(held, old[i], r, r.t, r.n, day, month) end
 end
-local on = {}
+local on, found = {}, {}
 for i = 1, #KEYS - 1 do
-  local k = KEYS[i]
-  local b = redis.call('HMGET', k, 'epoch', 'usd', 'tokens', 'period')
-  if b[1] then
-    roll(k, day, month)
-    local v = redis.call('HMGET', k, 'spent_tokens', 'reserved_tokens', 'spent_nanos', 'reserved_nanos')
-    local st, rt, sn, rn = tonumber(v[1] or 0), tonumber(v[2] or 0), tonumber(v[3] or 0), tonumber(v[4] or 0)
-    if b[3] and b[3] ~= '' and st + rt + t > tonumber(b[3]) then
-      return {0, i, 'tokens', st, rt, b[3], b[4]}
+  local b = load(KEYS[i], day, month)
+  if b then
+    if b.tokens and b.tokens ~= '' and b.st + b.rt + t > tonumber(b.tokens) then
+      return {0, i, 'tokens', int(b.st), int(b.rt), b.tokens, b.period}
     end
-    if n > 0 and b[2] and b[2] ~= '' and sn + rn + n > tonumber(b[2]) then
-      return {0, i, 'usd', sn, rn, b[2], b[4]}
+    if n > 0 and b.usd and b.usd ~= '' and b.sn + b.rn + n > tonumber(b.usd) then
+      return {0, i, 'usd', int(b.sn), int(b.rn), b.usd, b.period}
     end
-    on[k] = b[1]
+    on[KEYS[i]], found[KEYS[i]] = b.epoch, b
   end
 end
 if next(on) == nil then return {2} end
-for k, _ in pairs(on) do
-  redis.call('HINCRBY', k, 'reserved_tokens', int(t))
-  redis.call('HINCRBY', k, 'reserved_nanos', int(n))
+for k, b in pairs(found) do
+  redis.call('HSET', k, 'reserved_tokens', int(b.rt + t), 'reserved_nanos', int(b.rn + n))
 end
 redis.call('HSET', held, rid, cjson.encode({x = exe, t = t, n = n, s = on}))
 return {1}

@@ -4,6 +4,10 @@ and a SIGKILLed worker charged exactly what the fake answered (plus the lost att
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +33,7 @@ from tests.support.fake_anthropic import (
     text,
     tool_call,
 )
-from tests.support.processes import RedisServer, wait_until
+from tests.support.processes import REPO, RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -167,6 +171,35 @@ def test_twenty_turns_at_once_on_three_workers_never_take_spent_past_the_limit(s
     assert max(look["spent_tokens"] + look["reserved_tokens"] for look in looks) <= LIMIT
     final = c.budget("agent:plain")
     assert final["spent_tokens"] == COST * len(completed) <= LIMIT and final["reserved_tokens"] == 0
+
+
+def test_the_cli_and_the_async_client_set_show_and_clear_a_budget(shared: Shared):
+    """`baton budget set/show/clear` print the contract's answer (exit 2 for a bad scope or an unknown budget); the
+    asyncio client reads and writes the same budgets."""
+    env = {**shared.stack.env}
+
+    def baton(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tasks.cli", "budget", *args, "--json"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=30)
+
+    made = baton("set", "user:carol", "--usd", "2.5", "--tokens", "9000", "--period", "day")
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(baton("show", "user:carol").stdout)
+    assert shown == {**json.loads(made.stdout), "scope": "user:carol"}
+    assert (shown["usd"], shown["tokens"], shown["period"], shown["spent_usd"]) == (2.5, 9000, "day", 0.0)
+    assert baton("set", "team:x", "--usd", "1").returncode == 2
+    assert baton("set", "user:carol").returncode == 2  # no limit given
+
+    async def from_async() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with shared.stack.async_client() as ac:
+            seen = await ac.budget("user:carol")
+            cleared = await ac.clear_budget("user:carol")
+            return seen, cleared
+
+    seen, cleared = asyncio.run(from_async())
+    assert seen == shown and cleared == {"scope": "user:carol", "cleared": True}
+    gone = baton("show", "user:carol")
+    assert gone.returncode == 2 and "no budget is set for user:carol" in gone.stderr
 
 
 @pytest.fixture

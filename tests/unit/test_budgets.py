@@ -113,6 +113,20 @@ def store():
     return fakeredis.FakeRedis()
 
 
+def test_every_budget_key_is_on_one_slot():
+    """One reservation script touches a unit's every budget and its owner's held reservations: one slot on a
+    cluster, however the unit's own keys are sharded."""
+    from redis.crc import key_slot
+
+    keys.use_cluster(True)
+    try:
+        names = [keys.budget(s) for s in ("all", "user:u", "chat:c", "run:r", "agent:a")]
+        names += [keys.budget_held("chat:c"), keys.budget_held("run:r")]
+        assert len({key_slot(n.encode()) for n in names}) == 1
+    finally:
+        keys.use_cluster(False)
+
+
 def test_the_answer_has_the_contracts_fields(store):
     out = budgets.set_budget(store, "user:alice", 1.0, 5000, "month")
     assert set(out) == {"scope", "usd", "tokens", "period", "spent_usd", "spent_tokens", "reserved_usd",
