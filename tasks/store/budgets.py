@@ -15,7 +15,12 @@ Idempotence. A reservation's id is its execution's id and a counter: never reuse
 unit can never settle an earlier execution's attempt as its own. A settlement deletes the held entry, and settles
 only an entry it finds: a settlement sent twice, or one the sweep settled first, changes nothing. The reserving
 script settles, at their worst case, the entries an earlier execution of the same owner left held (that
-execution is gone: the lease is this one's), and the lost-worker sweep does the same for a unit it recovers.
+execution is gone: the lease is this one's), and the lost-worker sweep does the same for a unit it recovers. (One
+corner is left: a pool child killed mid-attempt is requeued at once, without the sweep, and an execution that then
+stops before any attempt leaves the entry held until the owner's next reservation.)
+
+What counts. An attempt is charged to the budgets it was reserved on: a budget set while an attempt is in flight
+starts counting with the next one, and a budget counts from when it is set, not from what units spent before.
 """
 
 from __future__ import annotations
