@@ -79,8 +79,8 @@ def _measure(url: str, n: int) -> list[Row]:
     scopes = unit_scopes("chat:bench", "bench-user", "bench-agent")
     for scope in scopes:
         budgets.set_budget(r, scope, 1e6, 10**15, "month")
-    free: Spend = budgets.RedisSpend(bare, "chat:bench", scopes)
-    held: Spend = budgets.RedisSpend(r, "chat:bench", scopes)
+    free: Spend = budgets.RedisSpend(bare, "chat:bench", scopes, "lease")
+    held: Spend = budgets.RedisSpend(r, "chat:bench", scopes, "lease")
     arms: dict[str, Callable[[], Meter | None]] = {
         "none": lambda: None,
         "free": lambda: Meter(free, WORST, PRICE),

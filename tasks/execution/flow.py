@@ -190,6 +190,7 @@ class Execution(Seeding):
         """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
         unit, client = self.unit, self.client
         self.fence = Fence(client, lease.key, lease.token)
+        self.lease_token = lease.token  # the budgets' reservations are held under it (tasks/store/budgets.py)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )
@@ -323,7 +324,9 @@ class Execution(Seeding):
                 config=config,
                 live=self.live,
                 files=StoredFiles(self.client, unit.owner_id),
-                spend=RedisSpend(self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent)),
+                spend=RedisSpend(
+                    self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent), self.lease_token
+                ),
             )
         except Cancelled as stop:
             if stop.reason == "stop":

@@ -15,9 +15,10 @@ Idempotence. A reservation's id is its execution's id and a counter: never reuse
 unit can never settle an earlier execution's attempt as its own. A settlement deletes the held entry, and settles
 only an entry it finds: a settlement sent twice, or one the sweep settled first, changes nothing. The reserving
 script settles, at their worst case, the entries an earlier execution of the same owner left held (that
-execution is gone: the lease is this one's), and the lost-worker sweep does the same for a unit it recovers. (One
-corner is left: a pool child killed mid-attempt is requeued at once, without the sweep, and an execution that then
-stops before any attempt leaves the entry held until the owner's next reservation.)
+execution is gone: the lease is this one's), and the lost-worker sweep does the same for a unit it recovers. Each
+entry is held under its execution's lease token, and every few seconds the sweep (`release_orphans`) settles at the
+worst case any entry whose unit's lease is now another's or nobody's: a pool child killed mid-attempt is requeued at
+once, without the lost-worker sweep, and its unit may end without another attempt.
 
 What counts. An attempt is charged to the budgets it was reserved on: a budget set while an attempt is in flight
 starts counting with the next one, and a budget counts from when it is set, not from what units spent before.
@@ -70,14 +71,16 @@ local function release(held, rid, r, tokens, nanos, day, month)
     end
   end
   redis.call('HDEL', held, rid)
+  if redis.call('HLEN', held) == 0 then redis.call('SREM', KEYS[#KEYS], held) end  -- the holders' set is last
 end
 """
 
-# KEYS: the unit's budget keys, then its owner's held hash. ARGV: reservation id, execution id, tokens, nanos, day,
+# KEYS: the unit's budget keys, its owner's held hash, the holders' set. ARGV: reservation id, the execution's lease
+# token (whose entries are not orphans), tokens, nanos, day,
 # month. Reply {1} (held), {2} (no budget applies: nothing held, nothing to settle), or {0, index of the budget it
 # would pass, 'usd'|'tokens', spent, reserved, limit, period}.
 RESERVE = _COMMON + """
-local held = KEYS[#KEYS]
+local held, holders = KEYS[#KEYS - 1], KEYS[#KEYS]
 local rid, exe, t, n, day, month = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 if redis.call('HEXISTS', held, rid) == 1 then return {1} end
 local old = redis.call('HGETALL', held)
@@ -86,7 +89,7 @@ for i = 1, #old, 2 do
   if r.x ~= exe then release(held, old[i], r, r.t, r.n, day, month) end
 end
 local on, found = {}, {}
-for i = 1, #KEYS - 1 do
+for i = 1, #KEYS - 2 do
   local b = load(KEYS[i], day, month)
   if b then
     if b.tokens and b.tokens ~= '' and b.st + b.rt + t > tonumber(b.tokens) then
@@ -103,10 +106,12 @@ for k, b in pairs(found) do
   redis.call('HSET', k, 'reserved_tokens', int(b.rt + t), 'reserved_nanos', int(b.rn + n))
 end
 redis.call('HSET', held, rid, cjson.encode({x = exe, t = t, n = n, s = on}))
+redis.call('SADD', holders, held)
 return {1}
 """
 
-# KEYS: the owner's held hash. ARGV: reservation id, tokens, nanos ('worst': what it holds), day, month.
+# KEYS: the owner's held hash, the holders' set. ARGV: reservation id, tokens, nanos ('worst': what it holds), day,
+# month.
 # Reply 1 (settled now) or 0 (not held: settled already). The budgets it names share the hash tag, so one slot.
 SETTLE = _COMMON + """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
@@ -177,12 +182,15 @@ NOTHING_HELD = ""  # the id of a reservation no budget held: nothing to settle
 class RedisSpend:
     """A unit's budgets for one execution: the `Spend` the loop reserves from and settles to."""
 
-    def __init__(self, client: redis.Redis, owner_id: str, scopes: list[str]) -> None:
-        self.execution = secrets.token_hex(8)
+    def __init__(self, client: redis.Redis, owner_id: str, scopes: list[str], holder: str) -> None:
+        """`holder`: the execution's lease token. An entry held under another token is an orphan: its execution
+        lost the lease (it is gone, or will write nothing more), so its reservation is settled at the worst case."""
+        self.execution = secrets.token_hex(8)  # reservation ids: unique, and free of the lease token
         self._client = client
         self._scopes = scopes
-        self._keys = [*(keys.budget(s) for s in scopes), keys.budget_held(owner_id)]
-        self._held = self._keys[-1]
+        self._holder = holder
+        self._keys = [*(keys.budget(s) for s in scopes), keys.budget_held(owner_id), keys.BUDGET_HOLDERS]
+        self._held = self._keys[-2]
         self._reserve = registered(client, RESERVE)
         self._settle = registered(client, SETTLE)
         self._count = itertools.count(1)
@@ -192,7 +200,7 @@ class RedisSpend:
         rid = f"{self.execution}:{next(self._count)}"
         now = now_utc()
         day, month = budget_rules.windows(now)
-        reply = self._reserve(keys=self._keys, args=[rid, self.execution, worst.tokens, worst.nanos, day, month])
+        reply = self._reserve(keys=self._keys, args=[rid, self._holder, worst.tokens, worst.nanos, day, month])
         if int(reply[0]) == 1:
             return rid
         if int(reply[0]) == 2:
@@ -209,7 +217,8 @@ class RedisSpend:
         if reservation == NOTHING_HELD:
             return  # no budget applied when it was reserved: one command per attempt, not two
         day, month = budget_rules.windows(now_utc())
-        self._settle(keys=[self._held], args=[reservation, actual.tokens, actual.nanos, day, month])
+        args: list[str | int] = [reservation, actual.tokens, actual.nanos, day, month]
+        self._settle(keys=[self._held, keys.BUDGET_HOLDERS], args=args)
 
 
 def release_lost(client: redis.Redis, owner_id: str) -> int:
@@ -220,7 +229,38 @@ def release_lost(client: redis.Redis, owner_id: str) -> int:
     script = registered(client, SETTLE)
     settled = 0
     for rid in client.hkeys(held):
-        settled += int(script(keys=[held], args=[text(rid), "worst", "worst", day, month]))
+        settled += int(script(keys=[held, keys.BUDGET_HOLDERS], args=[text(rid), "worst", "worst", day, month]))
+    return settled
+
+
+def release_orphans(client: redis.Redis) -> int:
+    """Settle at the worst case every reservation whose execution no longer holds its unit's lease (the sweep's,
+    every few seconds): a worker lost mid-attempt, or a pool child killed mid-attempt whose unit then ended without
+    another attempt. Two pipelined reads whatever the number of units in flight; returns how many it settled.
+
+    The entries are read before the leases: an entry written under a newer lease is then compared with that lease's
+    token (or a later one), never taken for an orphan while its execution holds the lease."""
+    held_keys = [text(k) for k in client.smembers(keys.BUDGET_HOLDERS)]
+    if not held_keys:
+        return 0
+    reads = client.pipeline(transaction=False)
+    for held_key in held_keys:
+        reads.hgetall(held_key)
+    entries = reads.execute()
+    owners = [k.removeprefix(keys.budget_held("")) for k in held_keys]
+    leases = client.pipeline(transaction=False)
+    for owner_id in owners:
+        leases.get(keys.lease(owner_id))
+    tokens = leases.execute()
+    script = registered(client, SETTLE)
+    day, month = budget_rules.windows(now_utc())
+    settled = 0
+    for held_key, held_entries, token in zip(held_keys, entries, tokens, strict=True):
+        holder = text(token) if token is not None else None
+        for rid, raw in held_entries.items():
+            if json.loads(text(raw)).get("x") != holder:
+                args = [text(rid), "worst", "worst", day, month]
+                settled += int(script(keys=[held_key, keys.BUDGET_HOLDERS], args=args))
     return settled
 
 

@@ -265,6 +265,9 @@ def budget(scope: str) -> str:
     return f"{PREFIX}:{BUDGETS_TAG}:budget:{scope}"
 
 
+BUDGET_HOLDERS = f"{PREFIX}:{BUDGETS_TAG}:holders"  # set: the held hashes that hold something (the sweep's list)
+
+
 def budget_held(owner_id: str) -> str:
     """Hash: reservation id -> what it holds (JSON), for each attempt of the owner's units in flight."""
     return f"{PREFIX}:{BUDGETS_TAG}:held:{owner_id}"

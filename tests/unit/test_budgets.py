@@ -140,7 +140,7 @@ def test_a_reservation_holds_every_budget_and_settles_once(store):
     """Held on each budget of the unit; settled to what the attempt cost; a second settlement changes nothing."""
     budgets.set_budget(store, "user:alice", None, 1000, "month")
     budgets.set_budget(store, "all", 10.0, None, "total")
-    spend = budgets.RedisSpend(store, "chat:c1", ["user:alice", "chat:c1", "all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["user:alice", "chat:c1", "all"], "lease-1")
     rid = spend.reserve(Charge(600, 5_000_000))
     assert budgets.read_budget(store, "user:alice")["reserved_tokens"] == 600
     assert budgets.read_budget(store, "all")["reserved_usd"] == 0.005
@@ -154,7 +154,7 @@ def test_a_reservation_holds_every_budget_and_settles_once(store):
 
 def test_a_reservation_past_a_limit_is_refused_naming_the_scope(store):
     budgets.set_budget(store, "user:alice", None, 1000, "month")
-    spend = budgets.RedisSpend(store, "chat:c1", ["user:alice", "chat:c1", "all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["user:alice", "chat:c1", "all"], "lease-1")
     held = spend.reserve(Charge(600, 0))
     with pytest.raises(BudgetExceeded) as refused:
         spend.reserve(Charge(600, 0))  # 600 held + 600 > 1000: what is held counts, not only what is spent
@@ -166,14 +166,14 @@ def test_a_reservation_past_a_limit_is_refused_naming_the_scope(store):
 
 def test_a_dollar_budget_does_not_hold_an_agent_without_a_price(store):
     budgets.set_budget(store, "all", 0.0, None, "month")
-    spend = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"], "lease-1")
     spend.reserve(Charge(10_000, 0))
     with pytest.raises(BudgetExceeded):
         spend.reserve(Charge(1, 1))
 
 
 def test_no_budget_holds_nothing(store):
-    spend = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"], "lease-1")
     assert spend.reserve(Charge(10, 10)) == budgets.NOTHING_HELD
     assert store.keys(f"{keys.PREFIX}:*") == []
 
@@ -181,9 +181,9 @@ def test_no_budget_holds_nothing(store):
 def test_a_lost_executions_reservations_are_settled_at_the_worst_case(store):
     """By the next execution's first reservation, or by the sweep: the lost attempt may have been billed."""
     budgets.set_budget(store, "chat:c1", None, 10_000, "total")
-    lost = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"])
+    lost = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"], "lease-1")
     lost.reserve(Charge(700, 0))
-    nxt = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"])
+    nxt = budgets.RedisSpend(store, "chat:c1", ["chat:c1", "all"], "lease-2")  # the next execution's lease
     rid = nxt.reserve(Charge(50, 0))
     assert budgets.read_budget(store, "chat:c1")["spent_tokens"] == 700
     assert budgets.release_lost(store, "chat:c1") == 1  # the sweep: this one too, at its worst case
@@ -192,9 +192,28 @@ def test_a_lost_executions_reservations_are_settled_at_the_worst_case(store):
     assert budgets.read_budget(store, "chat:c1")["spent_tokens"] == 750
 
 
+def test_the_sweep_settles_what_an_execution_without_the_lease_holds(store):
+    """An entry held under the unit's current lease stays; one held under another (a killed pool child's) is settled
+    at its worst case by the next execution's reservation, one whose unit holds no lease by the sweep, once; the
+    holders' set forgets an owner that holds nothing."""
+    budgets.set_budget(store, "all", None, 10_000, "total")
+    budgets.RedisSpend(store, "chat:live", ["all"], "lease-dead").reserve(Charge(300, 0))
+    budgets.RedisSpend(store, "chat:gone", ["all"], "lease-gone").reserve(Charge(500, 0))
+    store.set(keys.lease("chat:live"), "lease-live")
+    live = budgets.RedisSpend(store, "chat:live", ["all"], "lease-live")
+    kept = live.reserve(Charge(100, 0))
+    assert budgets.read_budget(store, "all")["spent_tokens"] == 300
+    assert budgets.release_orphans(store) == 1 and budgets.release_orphans(store) == 0
+    out = budgets.read_budget(store, "all")
+    assert (out["spent_tokens"], out["reserved_tokens"]) == (800, 100)
+    live.settle(kept, Charge(40, 0))
+    assert store.smembers(keys.BUDGET_HOLDERS) == set()
+    assert budgets.read_budget(store, "all")["spent_tokens"] == 840
+
+
 def test_a_cleared_and_set_again_budget_is_not_released_by_older_reservations(store):
     budgets.set_budget(store, "all", None, 1000, "month")
-    spend = budgets.RedisSpend(store, "chat:c1", ["all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["all"], "lease-1")
     rid = spend.reserve(Charge(300, 0))
     budgets.clear_budget(store, "all")
     budgets.set_budget(store, "all", None, 1000, "month")
@@ -206,7 +225,7 @@ def test_a_cleared_and_set_again_budget_is_not_released_by_older_reservations(st
 def test_a_new_window_starts_from_nothing_spent(store):
     budgets.set_budget(store, "all", None, 1000, "day")
     store.hset(keys.budget("all"), mapping={"window": "2000-01-01", "spent_tokens": 999})
-    spend = budgets.RedisSpend(store, "chat:c1", ["all"])
+    spend = budgets.RedisSpend(store, "chat:c1", ["all"], "lease-1")
     spend.reserve(Charge(900, 0))
     assert budgets.read_budget(store, "all")["reserved_tokens"] == 900
 
