@@ -6,7 +6,7 @@ Nothing in this package imports Celery; Redis is reached only through the small 
 
 from typing import Any
 
-__all__ = ["Agent", "RateLimits"]
+__all__ = ["Agent", "Price", "RateLimits"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from agent.agents.rate_limits import RateLimits
 
         return RateLimits
+    if name == "Price":
+        from agent.provider.price import Price
+
+        return Price
     raise AttributeError(f"module 'agent' has no attribute {name!r}")

@@ -29,6 +29,7 @@ from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.async_approvals import AsyncApprovals
 from tasks.async_base import reaching
+from tasks.client_budgets import AsyncBudgets
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
@@ -46,12 +47,12 @@ __all__ = ["AsyncClient"]
 PUBLISH_THREADS = 4  # broker connections a burst of sends may hold at once (Celery's producer pool hands them out)
 
 
-class AsyncClient(AsyncApprovals):
+class AsyncClient(AsyncApprovals, AsyncBudgets):
     """The asyncio client: `await ac.send_message(...)`, `await ac.wait(ref)`, `async for e in ac.stream(id)`.
 
     Made outside a loop or in one; it connects lazily, inside the loop that first uses it. `await ac.aclose()`
     (or `async with AsyncClient() as ac`) releases its connections and threads. Its plumbing is
-    `tasks/async_base.py`'s, its approvals `tasks/async_approvals.py`'s.
+    `tasks/async_base.py`'s, its approvals `tasks/async_approvals.py`'s, its budgets `tasks/client_budgets.py`'s.
     """
 
     # -- chat turns ------------------------------------------------------------------------------

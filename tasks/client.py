@@ -20,6 +20,7 @@ from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.agent_picker import AgentPicker
 from tasks.async_client import AsyncClient
+from tasks.client_budgets import Budgets
 from tasks.client_core import (
     BY_MAX,
     STORE_CONNECT_TIMEOUT,
@@ -71,7 +72,7 @@ def _reaching(method: Callable[P, R]) -> Callable[P, R]:
     return guarded
 
 
-class Client:
+class Client(Budgets):
     """The synchronous client (see the module); `AsyncClient` is the same API as coroutines."""
 
     def __init__(self, settings: Settings | None = None) -> None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agent.agents.rate_limits import RateLimits
 from agent.errors import BatonError
+from agent.provider.price import Price
 from agent.tools.definition import Tool
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -53,6 +54,8 @@ class Agent(BaseModel):
     queue: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
     rate_limits: RateLimits | None = None
     """What the fleet keeps under on this agent's endpoint (agent/agents/rate_limits.py); None: the provider's only."""
+    price: Price | None = None
+    """US dollars per million tokens: usage then carries `cost_usd`, and dollar budgets apply. None: no cost."""
     upgrade: bool = False
     """True: units in flight move to a new version of this agent at their next execution, and say so."""
 

@@ -5,8 +5,8 @@ definition of that agent has another version runs the unit from the recorded one
 no unit in the middle. The version is the first 12 hex digits of a SHA-256 of the canonical JSON of everything
 that shapes what the model is asked or what its calls may do: provider, model and models, instructions, each
 tool's name, description, schema and effect, the MCP servers named, the model settings and the endpoint (the
-name of the key's variable, never the key). The queue, `upgrade` and the rate limits are how the fleet treats its
-units, not what they run, and are left out.
+name of the key's variable, never the key). The queue, `upgrade`, the rate limits and the price are how the fleet
+treats its units, not what they run, and are left out (a new price applies to units in flight without moving them).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from agent.agents.definition import Agent, Thinking
 from agent.agents.rate_limits import RateLimits
+from agent.provider.price import Price
 from agent.tools.definition import Tool
 
 VERSION_HEX = 12
@@ -64,6 +65,7 @@ class Resolved:
     queue: str | None = None
     upgrade: bool = False
     rate_limits: RateLimits | None = None
+    price: Price | None = None
     version: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -90,7 +92,8 @@ class Resolved:
         """The whole definition as JSON-able data (what the store keeps under the version)."""
         limits = self.rate_limits.model_dump() if self.rate_limits is not None else None
         return {"name": self.name, "version": self.version, **self.fingerprinted(), "queue": self.queue,
-                "upgrade": self.upgrade, "rate_limits": limits}
+                "upgrade": self.upgrade, "rate_limits": limits,
+                "price": self.price.model_dump() if self.price is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Resolved:
@@ -111,6 +114,7 @@ class Resolved:
             queue=data.get("queue"),
             upgrade=bool(data.get("upgrade", False)),
             rate_limits=RateLimits(**data["rate_limits"]) if data.get("rate_limits") else None,
+            price=Price.model_validate(data["price"]) if data.get("price") else None,
             version=data.get("version", ""),
         )
 
@@ -154,4 +158,5 @@ def resolve(agent: Agent, *, provider: str, model: str) -> Resolved:
         queue=agent.queue,
         upgrade=agent.upgrade,
         rate_limits=agent.rate_limits,
+        price=agent.price,
     )

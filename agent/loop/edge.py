@@ -14,6 +14,7 @@ from agent.errors import BatonError
 from agent.history.context import DEFAULT_CONTEXT_TOKENS
 from agent.loop.failures import FailureClass
 from agent.loop.policy import Backoff, Driver
+from agent.provider.price import Price
 
 EventDraft = tuple[str, dict[str, Any]]
 
@@ -77,3 +78,4 @@ class LoopConfig:
     temperature: float | None = None
     thinking: str | int | None = None  # the agent's thinking: "low"/"medium"/"high", a number of tokens, or off
     context_tokens: int = DEFAULT_CONTEXT_TOKENS  # what one request may carry (agent/history/context.py)
+    price: Price | None = None  # the agent's: usage carries `cost_usd` (agent/provider/price.py); None: no cost

@@ -3,7 +3,8 @@
 Four named steps over the loop's state: a step already journaled is replayed from its record; else the request's
 fit is planned (an earlier execution's compaction of the step included), sent with replay (compacting once on
 "prompt is too long"), and the answer journaled with its events. The attempts' accounting is one `Attempts` ledger
-(agent/loop/attempts.py), which journals every discarded attempt as it happens (`spent:N`).
+(agent/loop/attempts.py), which journals every discarded attempt as it happens (`spent:N`) and, with budgets,
+sends each attempt inside a reservation of the unit's budgets (agent/loop/spend.py).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from agent.loop.edge import Edge, EventDraft, LoopConfig, LoopFailure
 from agent.loop.failures import FailureClass
 from agent.loop.live import LiveText
 from agent.loop.policy import Driver
+from agent.loop.spend import BudgetExceeded, Spend
 from agent.loop.state import LoopState
 from agent.messages import AnswerBlock, Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from agent.provider.base import Answer, AttemptCut, Provider, ProviderRequest, TokenUsage
+from agent.provider.price import Price, cost_nanos
 from agent.provider.replay import RequestFailed, request_with_replay
 from agent.telemetry import telemetry
 
@@ -47,29 +50,33 @@ def model_step(
     config: LoopConfig,
     live: LiveText,
     servers: Mapping[str, str] | None = None,
+    spend: Spend | None = None,
 ) -> Answer:
     """Ask the model once (or replay its journaled answer). `servers` maps an MCP tool's name to its server, which
-    its `tool.called` event names."""
+    its `tool.called` event names; `spend`: the unit's budgets, which every attempt reserves from and settles to."""
     recorded = edge.recorded(f"model:{state.rounds_used}")
     if recorded is not None:
         telemetry().replayed(f"model:{state.rounds_used}")  # an event on the execution's span, not a span
-        return replay_step(recorded, state)
+        return replay_step(recorded, state, config.price)
     message_id = step_message_id(config, state)
     plan = plan_request(history, view, state, tool_specs, edge, config)
-    attempts = Attempts.open(edge, state, config, live, message_id, may_compact=not plan.compacted)
+    attempts = Attempts.open(edge, state, config, live, message_id, may_compact=not plan.compacted, spend=spend)
     answer, fit, request = send(provider, plan, attempts, cancel, config)
     answer = bound_to(answer, request)
     record_answer(answer, fit, attempts, state, edge, config, servers)
     return answer
 
 
-def replay_step(recorded: dict[str, Any], state: LoopState) -> Answer:
-    """The answer of a step an earlier execution journaled, its usage and elision taken back into the state."""
+def replay_step(recorded: dict[str, Any], state: LoopState, price: Price | None = None) -> Answer:
+    """The answer of a step an earlier execution journaled, its usage and elision taken back into the state (its
+    budget reservations were settled when it ran: a replay charges nothing)."""
     answer = answer_from_record(recorded)
+    usage = TokenUsage.from_dict(recorded["usage"])
     state.usage.add(
-        TokenUsage.from_dict(recorded["usage"]),
+        usage,
         attempts=recorded["attempts"],
         discarded=recorded["discarded_attempts"],
+        cost_nanos=cost_nanos(usage, price) if price is not None else None,
     )
     state.elided_before = max(state.elided_before, int(recorded.get("elided_before", 0)))
     state.token_scale = float(recorded.get("token_scale", state.token_scale))
@@ -141,7 +148,10 @@ def send(
                 on_text=attempts.text,
                 on_reasoning=attempts.reasoning,
                 first_attempt=first_attempt,
+                meter=attempts.meter(fit.tokens),
             )
+        except BudgetExceeded:
+            raise  # nothing was sent: the attempts before it are counted and journaled already
         except AttemptCut as cut:
             attempts.cut(cut.usage)
             raise
@@ -210,19 +220,20 @@ def record_answer(
         "content": [b.model_dump() for b in answer.content],
         "stop_reason": answer.stop_reason,
         "usage": usage.as_dict(),  # every attempt of this step, discarded ones and earlier executions' included
+        **({"reservations": reservations} if (reservations := attempts.reservations()) else {}),
         "attempts": attempts.spent.attempts + 1,
         "discarded_attempts": attempts.spent.attempts,
         "elided_before": fit.cut,
         "token_scale": state.token_scale,
         "unit_usage": state.usage.model_dump(),
     }
-    events = _answer_events(answer, step_id, usage, config, servers)
+    events = _answer_events(answer, step_id, attempts.usage_dict(usage), config, servers)
     # An answer without tool calls ends the loop: the unit's settle follows, and may carry this step's write.
     edge.record(step_id, record, events, last=not answer.tool_uses)
 
 
 def _answer_events(
-    answer: Answer, step_id: str, usage: TokenUsage, config: LoopConfig, servers: Mapping[str, str] | None
+    answer: Answer, step_id: str, usage: dict[str, Any], config: LoopConfig, servers: Mapping[str, str] | None
 ) -> list[EventDraft]:
     """A `tool.called` event per call the answer makes; a coding run's `run.step` before them."""
     servers = servers if servers is not None else {}  # a lookup may be empty yet answer (a stand-in names its server)
@@ -240,7 +251,7 @@ def _answer_events(
         for b in answer.tool_uses
     ]
     if config.driver is Driver.CODING_RUN:
-        step = {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses], "usage": usage.as_dict()}
+        step = {"step": step_id, "kind": "model", "tools": [b.name for b in answer.tool_uses], "usage": usage}
         events.insert(0, ("run.step", step))
     return events
 

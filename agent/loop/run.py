@@ -19,6 +19,7 @@ from agent.loop.failures import FailureClass
 from agent.loop.live import LiveText, NoLiveText
 from agent.loop.model_step import model_step, step_message_id
 from agent.loop.policy import Driver
+from agent.loop.spend import Spend
 from agent.loop.state import LoopState
 from agent.messages import Message, TextBlock, ToolResultBlock
 from agent.messages.media import FileSource
@@ -38,9 +39,10 @@ def run_loop(
     config: LoopConfig,
     live: LiveText | None = None,
     files: FileSource | None = None,
+    spend: Spend | None = None,
 ) -> LoopState:
     """Run rounds until the model answers without tool calls; the reply lands in `state.reply`. `files`: where the
-    bytes of the history's file blocks are read."""
+    bytes of the history's file blocks are read; `spend`: the unit's budgets (None: none apply)."""
     tool_specs = [t.to_api() for t in tools.values()]
     servers = ServerOf(tools)
     live = live or NoLiveText()
@@ -49,7 +51,7 @@ def run_loop(
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live, servers)
+        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live, servers, spend)
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         reply = Message(

@@ -22,16 +22,22 @@ class Usage(BaseModel):
     attempts: int = 0
     discarded_attempts: int = 0
     reasoning_tokens: int | None = None  # of the output tokens, thinking: present once an API reported some
+    cost_usd: float | None = None  # what the tokens cost at the agent's price (agent/provider/price.py); None: no price
 
     @model_serializer(mode="wrap")
     def _without_absent_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        if out.get("reasoning_tokens") is None:
-            out.pop("reasoning_tokens", None)  # usage of a unit that never thought keeps its shape
+        for optional in ("reasoning_tokens", "cost_usd"):
+            if out.get(optional) is None:
+                out.pop(optional, None)  # usage of a unit that never thought, or has no price, keeps its shape
         return out
 
-    def add(self, tokens: TokenUsage, *, attempts: int, discarded: int) -> None:
-        """Count attempts and what they were billed (every input figure: plain, cache writes, cache reads)."""
+    def add(self, tokens: TokenUsage, *, attempts: int, discarded: int, cost_nanos: int | None = None) -> None:
+        """Count attempts and what they were billed (every input figure: plain, cache writes, cache reads), and
+        their cost in nano-dollars when the agent has a price."""
+        if cost_nanos is not None:
+            # Summed in whole nano-dollars (a float sum of dollars would drift from the budgets' integer sums).
+            self.cost_usd = (round((self.cost_usd or 0.0) * 1e9) + cost_nanos) / 1e9
         self.input_tokens += tokens.input_tokens
         self.output_tokens += tokens.output_tokens
         self.cache_creation_input_tokens += tokens.cache_creation_input_tokens

@@ -7,8 +7,10 @@ completes, so discarding an attempt (even one holding complete tool calls) has n
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from agent.errors import Cancelled, ProviderError
 from agent.loop.cancel import CancelToken
@@ -39,6 +41,16 @@ class Outcome:
     attempts: int
     discarded_attempts: int
     usage: TokenUsage
+
+
+class MeteredAttempt(Protocol):
+    def answered(self, usage: TokenUsage) -> None: ...
+
+
+class Metering(Protocol):
+    """Budgets around each attempt (agent/loop/spend.py): entering reserves, leaving settles."""
+
+    def attempt(self) -> AbstractContextManager[MeteredAttempt]: ...
 
 
 class RequestFailed(ProviderError):
@@ -74,12 +86,14 @@ def request_with_replay(
     on_text: Callable[[int, str], None] | None = None,
     on_reasoning: Callable[[int, str], None] | None = None,
     first_attempt: int = 1,
+    meter: Metering | None = None,
 ) -> Outcome:
     """Send `request` until one stream completes or the shared budget says stop.
 
     Attempts are numbered from `first_attempt` (an execution after a drain goes on from the attempts an
     earlier one made); the budget counts this execution's attempts. `on_text(attempt, text)` sees the text,
-    `on_reasoning(attempt, text)` the reasoning the model streams.
+    `on_reasoning(attempt, text)` the reasoning the model streams. `meter`: each attempt is sent inside a
+    reservation of the unit's budgets and settled to what it cost.
     """
     usage = TokenUsage()
     for attempt in range(1, budget + 1):
@@ -91,8 +105,11 @@ def request_with_replay(
         if on_reasoning is not None:
             sinks["on_reasoning"] = partial(on_reasoning, number)
         try:
-            with telemetry().attempt(provider, request, number) as traced:  # `chat MODEL`; discarded if it raises
-                answer = traced.answered(provider.stream(request, cancel=cancel, **sinks))
+            with meter.attempt() if meter is not None else nullcontext() as metered:  # refused: nothing is sent
+                with telemetry().attempt(provider, request, number) as traced:  # `chat MODEL`; discarded if it raises
+                    answer = traced.answered(provider.stream(request, cancel=cancel, **sinks))
+                if metered is not None:
+                    metered.answered(answer.usage)
         except AttemptFailed as failed:
             usage = usage + failed.usage
             found = classify(failed.cause)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from config.settings import SettingsError
+from tasks.cli.budget import add_parser as budget_parser
+from tasks.cli.budget import run as budget_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--stop", action="store_true", help="stop it first, and delete it once it has settled")
     cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
+    budget_parser(cmd)
     p = cmd(
         "tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)"
     )
@@ -224,6 +227,8 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
         out = client.delete(args.id, stop=args.stop)
         _emit(args, out, render_deleted(out))
         return 0
+    if args.command == "budget":
+        return budget_command(client, args, _emit)
     if args.command == "agents":
         listed = client.agents()
         _emit(args, listed, render_agents(listed))

@@ -109,6 +109,7 @@ class Agency(Requeueing):
             max_tokens=agent.max_tokens if (agent := self.choice.agent if self.choice else None) else 4096,
             temperature=agent.temperature if agent is not None else None,
             thinking=agent.thinking if agent is not None else None,
+            price=agent.price if agent is not None else None,
         )
 
 

@@ -39,6 +39,8 @@ from tasks.execution.seeding import Seeding
 from tasks.execution.settling import Outcome, Unit
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
+from tasks.store.budget_rules import unit_scopes
+from tasks.store.budgets import RedisSpend
 from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
@@ -190,6 +192,7 @@ class Execution(Seeding, RateWaiting):
         """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
         unit, client = self.unit, self.client
         self.fence = Fence(client, lease.key, lease.token)
+        self.lease_token = lease.token  # the budgets' reservations are held under it (tasks/store/budgets.py)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )
@@ -323,6 +326,9 @@ class Execution(Seeding, RateWaiting):
                 config=config,
                 live=self.live,
                 files=StoredFiles(self.client, unit.owner_id),
+                spend=RedisSpend(
+                    self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent), self.lease_token
+                ),
             )
         except Cancelled as stop:
             if stop.reason == "stop":

@@ -39,7 +39,7 @@ from tasks.runtime.outage import Outage
 from tasks.runtime.retention import delete_doomed, expire_idle
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
 from tasks.store import agents as published_agents
-from tasks.store import connect, keys
+from tasks.store import budgets, connect, keys
 
 log = logging.getLogger("baton.drain")
 # The MCP SDK's HTTP client logs every request at INFO: a line per tool call in a worker's log says nothing useful.
@@ -152,6 +152,8 @@ def _sweep_forever(hostname: str) -> None:
             with _telling(lost_messages):  # on RabbitMQ (broker None): only forgets finished owners
                 for owner_id in sweep_lost_messages(client, broker, app, settings):
                     log.warning("republished %s: the broker lost its message before it started", owner_id)
+                if budgets.release_orphans(client):
+                    log.warning("settled budget reservations of executions that lost their lease, at the worst case")
         if _sweeper_halt.wait(interval):
             return
 

@@ -11,7 +11,7 @@ from agent.events import encode_event
 from agent.loop.policy import after_interruption
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from config.settings import Settings
-from tasks.store import indexes, keys, settled
+from tasks.store import budgets, indexes, keys, settled
 from tasks.store.reads import chat_head, chat_head_record, load_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import blobs
@@ -32,6 +32,8 @@ def sweep_once(client: redis.Redis, app: Celery, settings: Settings, *, now: flo
         if rec is None or rec.status != "running":
             client.zrem(shard, owner_id)
             continue
+        # The lost worker's attempt in flight may have been billed: its reservation is settled at the worst case.
+        budgets.release_lost(client, owner_id)
         if _requeue(client, app, settings, rec):
             recovered.append(owner_id)
         client.zrem(shard, owner_id)

@@ -263,3 +263,22 @@ def drains(hostname: str) -> list[str]:
     if _cluster[0]:
         return [f"{PREFIX}:{{{shard_tag(i)}}}:drain:{hostname}" for i in range(SHARDS)]
     return [f"{PREFIX}:drain:{hostname}"]
+
+
+# Budgets (tasks/store/budgets.py): every budget and every held reservation under one hash tag, so the script that
+# reserves an attempt against all of a unit's scopes (its user's, chat's or run's, agent's, the fleet's) is one
+# atomic script on one slot of a cluster; why one slot and not the unit's, see tasks/store/budgets.py.
+BUDGETS_TAG = "{budgets}"
+
+
+def budget(scope: str) -> str:
+    """Hash: one budget (its limits, period, epoch, and what is spent and reserved in its window)."""
+    return f"{PREFIX}:{BUDGETS_TAG}:budget:{scope}"
+
+
+BUDGET_HOLDERS = f"{PREFIX}:{BUDGETS_TAG}:holders"  # set: the held hashes that hold something (the sweep's list)
+
+
+def budget_held(owner_id: str) -> str:
+    """Hash: reservation id -> what it holds (JSON), for each attempt of the owner's units in flight."""
+    return f"{PREFIX}:{BUDGETS_TAG}:held:{owner_id}"

@@ -34,12 +34,14 @@ class UsageOut(BaseModel):
     attempts: int = 0
     discarded_attempts: int = 0
     reasoning_tokens: int | None = None  # where the API reported thinking (they are output tokens)
+    cost_usd: float | None = None  # at the agent's price, discarded attempts included; absent without a price
 
     @model_serializer(mode="wrap")
     def _without_absent_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        if out.get("reasoning_tokens") is None:
-            out.pop("reasoning_tokens", None)
+        for optional in ("reasoning_tokens", "cost_usd"):
+            if out.get(optional) is None:
+                out.pop(optional, None)
         return out
 
 

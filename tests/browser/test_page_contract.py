@@ -137,7 +137,7 @@ def test_a_discarded_attempt_is_cleared_and_a_reload_rebuilds_the_answer_once(ba
         "turn.completed",
         turn_id=turn,
         resumed=False,
-        usage={"input_tokens": 20, "output_tokens": 10, "attempts": 2, "discarded_attempts": 1},
+        usage={"input_tokens": 20, "output_tokens": 10, "attempts": 2, "discarded_attempts": 1, "cost_usd": 0.00021},
     )
     final = page.locator('[data-testid="transcript"] [data-testid="assistant-text"]')
     expect(final).to_have_text("Water is wet, mostly.", timeout=WAIT_MS)
@@ -147,6 +147,8 @@ def test_a_discarded_attempt_is_cleared_and_a_reload_rebuilds_the_answer_once(ba
     streamed = page.locator('[data-testid="timeline-event"][data-type="text.delta"]')
     expect(streamed).to_have_count(2)
     expect(streamed.first.get_by_test_id("timeline-discarded")).to_be_visible()
+    ended = page.locator('[data-testid="timeline-event"][data-type="turn.completed"]')
+    expect(ended).to_contain_text("20 in / 10 out tokens · $0.0002")  # an agent with a price: what the turn cost
     shoot(page, "c1-replay-completed")
 
     # Reloading a finished chat whose deltas are still retained: the transcript's copy, once.

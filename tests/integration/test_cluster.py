@@ -372,3 +372,21 @@ def test_the_async_client_sends_and_awaits_a_hundred_turns_at_once_on_the_cluste
     statuses, seen = asyncio.run(main())
     assert statuses == ["completed"] * 100
     assert seen[0] == "turn.queued" and "text.delta" in seen and seen[-1] == "turn.completed", seen
+
+
+def test_one_users_budget_holds_their_chats_on_every_master(cstack, cluster):
+    """One user's chats live on all three masters; their budget (every budget key under one hash tag) holds them all
+    at once: each turn reserved and settled on the budgets' one slot, and a turn past the limit refused, naming it."""
+    cstack.fake_api.set_handler(lambda body, index: text("held"))  # 10 input and 5 output tokens each
+    cstack.worker(concurrency=4, pool="threads")
+    client = cstack.client()
+    client.set_budget("user:dana", tokens=100_000, period="day")
+    chats = _chats_on_every_master(cluster, "budget")
+    refs = [client.send_message(chat, "hello", user="dana") for chat in chats]
+    assert all(client.wait(ref, timeout=60).status == "completed" for ref in refs)
+    spent = client.budget("user:dana")
+    assert (spent["spent_tokens"], spent["reserved_tokens"]) == (15 * len(chats), 0)
+    client.set_budget("user:dana", tokens=spent["spent_tokens"], period="day")
+    refused = client.wait(client.send_message(chats[0], "once more", user="dana"), timeout=60)
+    assert refused.status == "failed" and refused.failure["class"] == "budget_exceeded", refused
+    assert "user:dana" in refused.failure["message"]

@@ -180,6 +180,7 @@ NOT_A_UNITS_FAILURE = {
     "tasks.client_core.Busy": "on_busy='reject' refused a message, raised to the caller; nothing was enqueued",
     "config.settings.SettingsError": "a bad setting stops the process at start, naming the variable",
     "agent.messages.media.FileRefused": "a file a message cannot carry, refused to the caller before any enqueue",
+    "tasks.store.budget_rules.BudgetError": "a bad scope or limit, raised to the caller as its ValidationError",
 }
 
 
@@ -206,6 +207,7 @@ def _project_exceptions() -> list[type[BaseException]]:
 def _example(cls: type[BaseException]) -> BaseException:
     """An instance of `cls`, built as the project builds one (the few with arguments beyond a message)."""
     from agent.loop.edge import LoopFailure
+    from agent.loop.spend import BudgetExceeded
     from agent.provider.base import AttemptCut, AttemptFailed, TokenUsage
     from agent.provider.rate_gate import FleetWaits, RateLimited
     from agent.provider.replay import RequestFailed
@@ -213,6 +215,8 @@ def _example(cls: type[BaseException]) -> BaseException:
     from config.settings import Settings
     from tasks.reach import Unavailable
 
+    if issubclass(cls, BudgetExceeded):
+        return cls("budget_exceeded: the budget of all ...", scope="all")
     if issubclass(cls, RequestFailed):
         server_error = FailureClass.PROVIDER_SERVER_ERROR
         return cls("x", failure_class=server_error, retryable=True, attempts=1, usage=TokenUsage())

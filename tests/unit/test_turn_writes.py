@@ -14,7 +14,7 @@ from agent.provider.scripted import ScriptedProvider, reply_text
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.flow import Execution, Unit
-from tasks.store import keys
+from tasks.store import budgets, keys
 from tasks.store.fenced import _FENCED
 from tasks.store.records import UnitRecord
 from tasks.store.take import _TAKE
@@ -27,17 +27,23 @@ OWNER = keys.owner("chat", "c1")
 @pytest.fixture
 def store(monkeypatch):
     client = fakeredis.FakeRedis()
-    for script in (_TAKE, _FENCED):  # a server that has run them before: EVALSHA from the first call on
+    # A server that has run them before: EVALSHA from the first call on.
+    for script in (_TAKE, _FENCED, budgets.RESERVE, budgets.SETTLE):
         client.script_load(script)
     monkeypatch.setattr(wiring, "redis_client", lambda url: client)
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: ScriptedProvider([reply_text("hi")]))
     return client
 
 
-def test_a_turn_without_tools_is_a_take_and_a_settle(store):
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     """Two round trips of the execution's own: take (with the start) and the settle (with the model step's journal
-    record: its step count lands, and the text still buffered). Live text the process's writer sends meanwhile
-    goes in its own pipelines, not counted here. The events come in order: started, the text, completed."""
+    record: its step count lands, and the text still buffered), and the attempt's budget reservation between them
+    (with a budget that applies, its settlement too: two commands an attempt; with none, nothing is held). Live
+    text the process's writer sends meanwhile goes in its own pipelines, not counted here. The events come in
+    order: started, the text, completed."""
+    if budgeted:
+        budgets.set_budget(store, "all", None, 1_000_000, "month")
     text = 'a "quoted" question'
     rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text=text, task_id="task-t1", created_at=time.time())
     store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
@@ -52,7 +58,7 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store):
     store.execute_command = counting
     outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
     assert outcome.action == "done" and outcome.reason == "completed"
-    assert sent == ["EVALSHA", "EVALSHA"]
+    assert sent == ["EVALSHA"] * (4 if budgeted else 3)
     stored = {k.decode(): json.loads(v) for k, v in store.hgetall(keys.record(OWNER, "t1")).items()}
     assert (stored["status"], stored["reply"], stored["steps"], stored["history_len"]) == ("completed", "hi", 1, 1)
     roles = [json.loads(m)["role"] for m in store.lrange(keys.transcript(OWNER), 0, -1)]

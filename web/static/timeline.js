@@ -73,7 +73,8 @@ function detailOf(type, ev) {
     const u = ev.usage;
     const discarded = u.discarded_attempts ? `, ${u.discarded_attempts} discarded` : "";
     const tokens = u.input_tokens || u.output_tokens ? ` · ${u.input_tokens} in / ${u.output_tokens} out tokens` : "";
-    parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded}${tokens}`);
+    const cost = typeof u.cost_usd === "number" ? ` · $${u.cost_usd.toFixed(4)}` : "";
+    parts.push(`${u.attempts} attempt${u.attempts === 1 ? "" : "s"}${discarded}${tokens}${cost}`);
   }
   if (type === "tool.called" && ev.input) parts.push(compactJson(ev.input));
   if ((type === "tool.approved" || type === "tool.denied") && ev.by) parts.push(`by ${ev.by}`);
