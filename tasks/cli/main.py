@@ -7,15 +7,15 @@ unreachable (the message says which, and where), 2 bad input.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from config.settings import SettingsError
 from tasks.cli.budget import add_parser as budget_parser
-from tasks.cli.budget import run as budget_command
+
+Command = Callable[[str, str], argparse.ArgumentParser]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,6 +34,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
 
+    _unit_commands(cmd)
+    _decision_commands(cmd)
+    _kept_commands(cmd)
+    budget_parser(cmd)
+    _process_commands(sub, cmd)
+    return parser
+
+
+def _unit_commands(cmd: Command) -> None:
+    """Starting units and reading them: send, retry, run, status, stop, transcript, events."""
     p = cmd("send", "send a message to a chat")
     p.add_argument("chat_id")
     p.add_argument("text")
@@ -61,25 +71,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--user", help="whose run it is")
-    p = cmd("status", "a run's status")
-    p.add_argument("run_id")
-    p = cmd("stop", "stop a chat's running turn or a run")
-    p.add_argument("id")
-    p = cmd("transcript", "a chat's or run's transcript")
-    p.add_argument("id")
+    cmd("status", "a run's status").add_argument("run_id")
+    cmd("stop", "stop a chat's running turn or a run").add_argument("id")
+    cmd("transcript", "a chat's or run's transcript").add_argument("id")
     p = cmd("events", "a chat's or run's events, one per line")
     p.add_argument("id")
     p.add_argument("--follow", action="store_true")
     p.add_argument("--after")
-    p = cmd("approve", "approve a tool call that waits for approval")
-    p.add_argument("id")
-    p.add_argument("tool_use_id")
-    p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
-    p = cmd("deny", "deny a tool call that waits for approval")
-    p.add_argument("id")
-    p.add_argument("tool_use_id")
-    p.add_argument("--reason")
-    p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
+
+
+def _decision_commands(cmd: Command) -> None:
+    """approve and deny a call that waits for a person."""
+    for name, what in (("approve", "approve"), ("deny", "deny")):
+        p = cmd(name, f"{what} a tool call that waits for approval")
+        p.add_argument("id")
+        p.add_argument("tool_use_id")
+        if name == "deny":
+            p.add_argument("--reason")
+        p.add_argument("--by", help="who decides (shown in the timeline; default: the OS user)")
+
+
+def _kept_commands(cmd: Command) -> None:
+    """What the store keeps: chats, runs, delete, agents."""
     for kind in ("chats", "runs"):
         p = cmd(kind, f"list {kind}, newest activity first (one page; --before NEXT for the next)")
         p.add_argument("--user", help="only this user's")
@@ -89,7 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--stop", action="store_true", help="stop it first, and delete it once it has settled")
     cmd("agents", "list the agents the workers serve: version, provider, model, models, tools, queue, workers")
-    budget_parser(cmd)
+
+
+def _process_commands(sub: Any, cmd: Command) -> None:
+    """Commands that run something here rather than ask the store: tools, worker, demo, serve."""
     p = cmd(
         "tools", "list every tool a worker would offer: effect, idempotent, approval, source (python or an MCP server)"
     )
@@ -113,7 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     p = cmd("serve", "the HTTP API and the chat page (uvicorn)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,117 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         client.close()
 
 
-def os_user() -> str | None:
-    """Who runs this command, as the OS names them: the audit trail's `by` when `--by` is not given. None
-    (the trail then reads "someone") where no name can be found: a container's uid without a passwd entry
-    and no LOGNAME/USER, say; an approval never fails for want of a name."""
-    try:
-        return getpass.getuser() or None
-    except (OSError, KeyError, ImportError):  # 3.13+: OSError; before: pwd's KeyError; no pwd module at all
-        return None
-
-
 def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
     print(json.dumps(payload, ensure_ascii=False) if args.json else human)
 
 
 def _dispatch(client: Any, args: argparse.Namespace) -> int:
-    from tasks.cli.views import (
-        render_agents,
-        render_deleted,
-        render_message,
-        render_page,
-        render_turn,
-        run_exit,
-        turn_exit,
-    )
+    from tasks.cli.commands import HANDLERS
 
-    if args.command in ("send", "retry"):
-        if args.command == "send":
-            ref = client.send_message(
-                args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user
-            )
-        else:
-            ref = client.retry(args.id)
-        if hasattr(ref, "run_id"):
-            status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
-            _emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")
-            return run_exit(status, args.wait)
-        if args.wait and not args.json and sys.stdout.isatty():
-            from tasks.cli.views import live_progress
-
-            live_progress(client, ref, args.timeout)
-        result = client.wait(ref, timeout=args.timeout) if args.wait else client.turn(ref.chat_id, ref.turn_id)
-        _emit(args, result.model_dump(), render_turn(result))
-        return turn_exit(result, args.wait)
-    if args.command == "run":
-        ref = client.start_run(
-            args.goal, args.workspace, run_id=args.run_id, agent=args.agent, model=args.model, user=args.user
-        )
-        status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
-        _emit(
-            args,
-            status.model_dump(),
-            f"run {status.run_id}: {status.status}" + (f"\n{status.reply}" if status.reply else ""),
-        )
-        return run_exit(status, args.wait)
-    if args.command in ("chats", "runs"):
-        page = getattr(client, args.command)(user=args.user, limit=args.limit, before=args.before)
-        _emit(args, page.public(), render_page(page))
-        return 0
-    if args.command == "delete":
-        out = client.delete(args.id, stop=args.stop)
-        _emit(args, out, render_deleted(out))
-        return 0
-    if args.command == "budget":
-        return budget_command(client, args, _emit)
-    if args.command == "agents":
-        listed = client.agents()
-        _emit(args, listed, render_agents(listed))
-        return 0
-    if args.command == "status":
-        status = client.run_status(args.run_id)
-        _emit(
-            args,
-            status.model_dump(),
-            f"run {status.run_id}: {status.status} ({status.steps} steps, {status.interruptions} interruptions)",
-        )
-        return 0
-    if args.command == "stop":
-        out = client.stop(args.id)
-        _emit(args, {"id": out["id"], "stopped": out["stopped"]}, out["message"])
-        return 0
-    if args.command == "transcript":
-        messages = client.transcript(args.id)
-        payload = {"id": args.id, "messages": [m.model_dump(mode="json") for m in messages]}
-        _emit(args, payload, "\n".join(render_message(m) for m in messages))
-        return 0
-    if args.command in ("approve", "deny"):
-        by = (args.by if args.by is not None else os_user()) or None
-        if args.command == "approve":
-            out = client.approve(args.id, args.tool_use_id, by=by)
-        else:
-            out = client.deny(args.id, args.tool_use_id, reason=args.reason, by=by)
-        again = " (it was already decided)" if out.get("already_decided") else ""
-        _emit(
-            args,
-            {"id": out["id"], "tool_use_id": out["tool_use_id"], "decision": out["decision"]},
-            f"{out['tool_use_id']}: {out['decision']}{again}",
-        )
-        return 0
-    if args.command == "events":
-        after = args.after
-        while True:
-            events = client.follow(args.id, after) if args.follow else client.events(args.id, after)
-            for event in events:
-                print(event.model_dump_json() if args.json else _event_line(event), flush=True)
-                after = event.id
-            if not args.follow:
-                return 0
-    raise AssertionError(args.command)
-
-
-def _event_line(event: Any) -> str:
-    data = event.model_dump(exclude={"id", "at", "type", "chat_id", "run_id"}, exclude_none=True)
-    return f"{event.id}  {event.type:<16} {json.dumps(data, ensure_ascii=False)}"
-
+    return HANDLERS[args.command](client, args, _emit)
