@@ -32,20 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
 
-    p = cmd("send", "send a message to a chat")
-    p.add_argument("chat_id")
-    p.add_argument("text")
-    p.add_argument(
-        "--on-busy",
-        choices=["enqueue", "interrupt", "reject"],
-        default="enqueue",
-        help="when the chat has a turn queued or running: run after it (default), interrupt it, or refuse (exit 1)",
-    )
-    p.add_argument("--agent", help="the agent that answers (from this turn on; default: the chat's)")
-    p.add_argument("--model", help="one of the agent's models (default: its own)")
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--user", help="whose message it is (a chat belongs to its first message's user)")
+    _send_arguments(cmd("send", "send a message to a chat"))
     p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
     p.add_argument("id")
     p.add_argument("--wait", action="store_true")
@@ -111,6 +98,42 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     return parser
+
+
+def _send_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("chat_id")
+    p.add_argument("text")
+    p.add_argument(
+        "--on-busy",
+        choices=["enqueue", "interrupt", "reject"],
+        default="enqueue",
+        help="when the chat has a turn queued or running: run after it (default), interrupt it, or refuse (exit 1)",
+    )
+    p.add_argument("--agent", help="the agent that answers (from this turn on; default: the chat's)")
+    p.add_argument("--model", help="one of the agent's models (default: its own)")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--user", help="whose message it is (a chat belongs to its first message's user)")
+    p.add_argument(
+        "--file", action="append", default=[], metavar="PATH",
+        help="attach an image (PNG, JPEG, GIF, WebP) or a PDF; repeat for more",
+    )
+
+
+def _send(client: Any, args: argparse.Namespace) -> Any:
+    """`baton send`: the message, with the files read from `--file` (one that cannot be read is bad input)."""
+    from tasks.client import Attachment, ValidationError
+
+    files = []
+    for path in args.file:
+        try:
+            files.append(Attachment.from_path(path))
+        except OSError as err:
+            raise ValidationError(f"cannot read {path}: {err.strerror or err}") from None
+    return client.send_message(
+        args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user,
+        files=files,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,12 +211,7 @@ def _dispatch(client: Any, args: argparse.Namespace) -> int:
     )
 
     if args.command in ("send", "retry"):
-        if args.command == "send":
-            ref = client.send_message(
-                args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user
-            )
-        else:
-            ref = client.retry(args.id)
+        ref = _send(client, args) if args.command == "send" else client.retry(args.id)
         if hasattr(ref, "run_id"):
             status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
             _emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")
