@@ -13,9 +13,11 @@ import base64
 import hashlib
 import http.client
 import json
+import os
 import struct
 import subprocess
 import sys
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 from tasks.client import Attachment, ValidationError
 from tasks.store import keys
 from tests.conftest import PROVIDERS, Stack, fake_server
+from tests.integration.test_usechat import JS, node_or_skip
 from tests.support.fake_anthropic import Fault, Reply, failing, first_user_text, text
 from tests.support.processes import REPO, RedisServer
 from tests.support.web_server import ApiServer
@@ -221,6 +224,21 @@ def test_http_refuses_a_bad_file_with_422_and_enqueues_nothing(files_stack, api)
         {"media_type": "image/png", "data": "not base64!"}]})
     assert status == 422 and "not valid base64" in json.dumps(answer)
     owner = keys.owner("chat", "http-refused")
+    assert files_stack.client().redis.exists(keys.turns(owner), keys.files(owner)) == 0
+
+
+def test_usechat_file_parts_reach_the_provider_and_the_history_serves_them(files_stack, api, tmp_path: Path):
+    """tests/js/files.test.mjs: the AI SDK's `sendMessage({text, files})`, then the stored history's file parts."""
+    node = node_or_skip()
+    (tmp_path / "shot.png").write_bytes(PNG)
+    (tmp_path / "spec.pdf").write_bytes(PDF)
+    run = uuid.uuid4().hex[:8]
+    env = {**os.environ, "BATON_URL": api.url, "BATON_TOKEN": TOKEN, "BATON_RUN": run, "BATON_FILES": str(tmp_path)}
+    out = subprocess.run([node, "--test", "files.test.mjs"], cwd=JS, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert received_for(files_stack, "usechat look") == [EXPECTED]
+    owner = keys.owner("chat", f"{run}-usechat-refused")
     assert files_stack.client().redis.exists(keys.turns(owner), keys.files(owner)) == 0
 
 
