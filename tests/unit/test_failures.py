@@ -176,7 +176,6 @@ PROJECT_PACKAGES = ("agent", "tasks", "config")
 NOT_A_UNITS_FAILURE = {
     "agent.errors.AwaitingApproval": "a signal: the unit parks in `waiting` for a person",
     "tasks.client_core.ValidationError": "bad input, raised to the caller before anything is enqueued",
-    "agent.messages.media.FileRefused": "a file a message cannot carry; the clients raise it as ValidationError",
     "tasks.client_core.NotFound": "an unknown id, raised to the caller",
     "tasks.client_core.Busy": "on_busy='reject' refused a message, raised to the caller; nothing was enqueued",
     "config.settings.SettingsError": "a bad setting stops the process at start, naming the variable",
