@@ -37,6 +37,8 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "files-test-token"
 FLAKY = "fail once, then answer"  # a chat whose first request fails (500): the retry replays the same request
+DRAINED = "stall until drained"  # a chat whose first request stalls until its worker drains: another resends it
+STALL = failing(Fault(kind="stall", seconds=60, after_events=2), like=text("thinking about it for a long time"))
 
 
 def png(width: int, height: int, seed: int = 0) -> bytes:
@@ -72,9 +74,9 @@ class Handler:
 
     def __call__(self, body: dict[str, Any], index: int) -> Reply:
         words = first_user_text(body)
-        if words == FLAKY and words not in self.flaked:
+        if words in (FLAKY, DRAINED) and words not in self.flaked:
             self.flaked.add(words)
-            return failing(Fault("http", status=500))
+            return failing(Fault("http", status=500)) if words == FLAKY else STALL
         return text("Seen.")
 
 
@@ -85,7 +87,7 @@ def files_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     fake = fake_server(request.param).start()
     fake.set_handler(Handler())
     stack = Stack(redis_server, fake, tmp)
-    stack.worker(concurrency=1)  # one process: a replay reads the worker's file cache, as most replays do
+    stack.worker("w1", concurrency=1)  # one process: a replay reads the worker's file cache, as most replays do
     try:
         yield stack
     finally:
@@ -249,3 +251,20 @@ def test_deleting_the_chat_deletes_its_files(files_stack):
     assert c.redis.hlen(keys.files(owner)) == 2
     assert c.delete("deleted-files")["deleted"] is True
     assert c.redis.exists(keys.files(owner)) == 0
+
+
+def test_a_turn_drained_mid_stream_is_resent_with_the_same_bytes_by_another_worker(files_stack):
+    """The first request stalls; its worker drains (SIGTERM), another worker takes the turn over and sends the
+    request again: the same files, byte for byte, read from the store by a process that never had them."""
+    c = files_stack.client()
+    before = files_stack.fake_api.request_count
+    ref = c.send_message("drained-files", DRAINED, files=attachments())
+    assert files_stack.fake_api.wait_for_requests(before + 1, timeout=30)
+    [draining] = [w for w in files_stack.workers if w.name == "w1"]
+    files_stack.worker("w2", concurrency=1)  # the module's worker from here on
+    draining.terminate()
+    draining.wait_exit(timeout=15)
+    result = c.wait(ref, timeout=60)
+    assert result.status == "completed" and result.reply == "Seen."
+    first, resent = received_for(files_stack, DRAINED)
+    assert first == EXPECTED and resent == first
