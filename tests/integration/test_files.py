@@ -189,6 +189,8 @@ def test_the_cli_attaches_files_and_refuses_a_bad_one_with_exit_2(files_stack, t
     assert received_for(files_stack, "cli look") == [EXPECTED]
     refused = baton(files_stack, "send", "cli-refused", "look", "--file", str(tmp_path / "notes.txt"))
     assert refused.returncode == 2 and "file 'notes.txt' is not a supported type" in refused.stderr
+    missing = baton(files_stack, "send", "cli-refused", "look", "--file", str(tmp_path / "nowhere.png"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "nowhere.png" in missing.stderr
     assert files_stack.client().redis.exists(keys.turns(keys.owner("chat", "cli-refused"))) == 0
 
 

@@ -56,3 +56,18 @@ def test_the_history_gives_a_users_files_as_file_parts_served_by_the_files_route
         {"type": "text", "text": "look"},
         {"type": "file", "mediaType": "image/png", "url": f"/api/chats/c1/files/{image.sha256}", "filename": "s.png"},
     ]
+
+
+def test_resending_a_failed_turns_message_retries_it_only_with_the_same_files():
+    """`send_message` retries the chat's failed last turn when its message is repeated: the same text and the same
+    files in the same order; other files make it a new message."""
+    from tasks.client_core import same_message
+    from tasks.store.records import UnitRecord
+
+    image, pdf = file_block(PNG, "image/png"), file_block(PDF, "application/pdf")
+    last = UnitRecord(kind="turn", owner_id="chat:c", unit_id="t-1", text="look", files=[image, pdf])
+    assert same_message(last, "look", (image, pdf))
+    assert not same_message(last, "look", (image,))
+    assert not same_message(last, "look", (pdf, image))
+    assert not same_message(last, "other", (image, pdf))
+    assert UnitRecord.from_hash(last.to_hash()) == last  # the record keeps its files' blocks
