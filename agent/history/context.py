@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.loop.failures import Overflow
-from agent.messages.media import UNREADABLE_IMAGE_TOKENS, document_tokens, image_tokens
+from agent.messages.media import UNREADABLE_IMAGE_TOKENS, document_tokens, image_tokens_b64
 
 DEFAULT_CONTEXT_TOKENS = 200_000  # the standard input window of current Claude models
 BYTES_PER_TOKEN = 4
@@ -73,9 +73,9 @@ def _image_free(block: Any) -> tuple[Any, int]:
         return block, 0
     source = block.get("source")
     if block.get("type") in FILE_TYPES and isinstance(source, dict) and source.get("type") == "base64":
-        count = image_tokens if block["type"] == "image" else document_tokens
+        data = str(source.get("data", ""))
         try:
-            tokens = count(base64.b64decode(str(source.get("data", ""))))
+            tokens = image_tokens_b64(data) if block["type"] == "image" else document_tokens(base64.b64decode(data))
         except (binascii.Error, ValueError):
             tokens = UNREADABLE_IMAGE_TOKENS
         return {**block, "source": {**source, "data": ""}}, tokens

@@ -55,3 +55,19 @@ def test_old_files_of_finished_turns_are_elided_within_the_cut_and_the_turn_unde
     fit = choose_cut(0, messages, current=0, budget=100, target=0)
     assert fit.cut == len(messages) - 1
     assert fit.tokens == sum(estimate_tokens(m) for m in elide(messages, fit.cut))
+
+
+def jpeg(width: int, height: int, exif: int = 0) -> bytes:
+    """A JPEG's markers: an APP1 segment of `exif` bytes, then the frame header that holds its size."""
+    app1 = b"\xff\xe1" + struct.pack(">H", exif + 2) + b"\x00" * exif
+    sof = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
+    return b"\xff\xd8" + app1 + sof + b"\xff\xd9"
+
+
+def test_an_images_size_is_read_from_its_head_and_from_the_whole_file_when_the_head_does_not_say():
+    from agent.messages.media import image_tokens, image_tokens_b64
+
+    shot = png(1280, 800) + b"\x00" * 500_000
+    assert image_tokens_b64(base64.b64encode(shot).decode()) == image_tokens(shot) == 1366
+    late = jpeg(1000, 1000, exif=60_000)  # its frame header 60 KB in: past the head
+    assert image_tokens_b64(base64.b64encode(late).decode()) == image_tokens(late) == 1334
