@@ -36,6 +36,7 @@ import redis
 from agent.history.context import BYTES_PER_TOKEN, canonical, request_tokens
 from agent.messages import Message, TextBlock, dump_message, to_api, user_text
 from agent.messages.media import encode, file_block
+from bench._common import Row, judge
 from tasks.demo.embedded_redis import EmbeddedRedis
 from tasks.store import files, keys
 from tasks.store.reads import load_transcript
@@ -94,57 +95,70 @@ def inline_read(r: redis.Redis, owner: str) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in r.lrange(keys.transcript(owner), 0, -1)]
 
 
-def measure(turns: int, shots: int) -> list[tuple[str, str, str]]:
+def measure(turns: int, shots: int) -> dict[str, Any]:
+    """Every figure, named; both layouts hold the same chat."""
     tmp = Path(tempfile.mkdtemp(prefix="baton-bench-files-"))
     server = EmbeddedRedis(tmp / "redis").start()
     try:
         r = redis.Redis.from_url(server.url)
         inline, by_ref = write_chats(r, turns, shots)
-        bytes_inline = sum(len(x) for x in r.lrange(keys.transcript(inline), 0, -1))
-        bytes_ref = sum(len(x) for x in r.lrange(keys.transcript(by_ref), 0, -1))
-        read_inline = timed_ms(lambda: inline_read(r, inline))
-        read_ref = timed_ms(lambda: load_transcript(r, by_ref))
         history = load_transcript(r, by_ref)
 
         def cold() -> list[dict[str, Any]]:
             files._cache = files._Cache(files.CACHE_BYTES)  # a worker's first turn of this chat
             return to_api(history, files=files.StoredFiles(r, by_ref))
 
-        build_cold = timed_ms(cold)
         warm_files = files.StoredFiles(r, by_ref)
-        to_api(history, files=warm_files)
-        build_warm = timed_ms(lambda: to_api(history, files=warm_files))
         wire_ref = to_api(history, files=warm_files)
         wire_inline = [{"role": m["role"], "content": m["content"]} for m in inline_read(r, inline)]
-        build_inline = timed_ms(lambda: [{"role": m["role"], "content": m["content"]} for m in inline_read(r, inline)])
-        same = json.dumps(wire_ref, sort_keys=True) == json.dumps(wire_inline, sort_keys=True)
-        estimate = timed_ms(lambda: request_tokens([], None, wire_ref))
-        tokens = request_tokens([], None, wire_ref)
-        as_text = math.ceil(len(canonical(wire_ref).encode()) / BYTES_PER_TOKEN)  # base64 read as text
+        return {
+            "bytes_inline": sum(len(x) for x in r.lrange(keys.transcript(inline), 0, -1)),
+            "bytes_ref": sum(len(x) for x in r.lrange(keys.transcript(by_ref), 0, -1)),
+            "read_inline": timed_ms(lambda: inline_read(r, inline)),
+            "read_ref": timed_ms(lambda: load_transcript(r, by_ref)),
+            "files_cold": timed_ms(cold),
+            "files_warm": timed_ms(lambda: to_api(history, files=warm_files)),
+            "same": json.dumps(wire_ref, sort_keys=True) == json.dumps(wire_inline, sort_keys=True),
+            "estimate_ms": timed_ms(lambda: request_tokens([], None, wire_ref)),
+            "tokens": request_tokens([], None, wire_ref),
+            "as_text": math.ceil(len(canonical(wire_ref).encode()) / BYTES_PER_TOKEN),  # base64 read as text
+        }
     finally:
         server.stop()
-    mib = 1024 * 1024
+
+
+def side_by_side(f: dict[str, Any]) -> list[tuple[str, str, str]]:
+    mib, read_ref = 1024 * 1024, f["read_ref"]
     return [
-        ("transcript bytes read per turn", f"{bytes_inline / mib:.2f} MiB", f"{bytes_ref / 1024:.1f} KiB"),
-        ("history read + parse per turn (median)", f"{read_inline:.1f} ms", f"{read_ref:.2f} ms"),
-        ("request build, worker's first turn (files from Redis)", f"{build_inline:.1f} ms (read+parse)",
-         f"{read_ref + build_cold:.1f} ms (read+parse+{build_cold:.1f} files)"),
-        ("request build, later turns (worker's file cache)", f"{build_inline:.1f} ms (read+parse)",
-         f"{read_ref + build_warm:.1f} ms (read+parse+{build_warm:.2f} files)"),
-        ("same request bytes either way", "", "yes" if same else "NO"),
-        ("context estimate of the request", f"{as_text} tokens (base64 as text)",
-         f"{tokens} tokens ({estimate:.2f} ms; images by header)"),
+        ("transcript bytes read per turn", f"{f['bytes_inline'] / mib:.2f} MiB", f"{f['bytes_ref'] / 1024:.1f} KiB"),
+        ("history read + parse per turn (median)", f"{f['read_inline']:.1f} ms", f"{read_ref:.2f} ms"),
+        ("request build, worker's first turn (files from Redis)", f"{f['read_inline']:.1f} ms (read+parse)",
+         f"{read_ref + f['files_cold']:.1f} ms (read+parse+{f['files_cold']:.1f} files)"),
+        ("request build, later turns (worker's file cache)", f"{f['read_inline']:.1f} ms (read+parse)",
+         f"{read_ref + f['files_warm']:.1f} ms (read+parse+{f['files_warm']:.2f} files)"),
+        ("same request bytes either way", "", "yes" if f["same"] else "NO"),
+        ("context estimate of the request", f"{f['as_text']} tokens (base64 as text)",
+         f"{f['tokens']} tokens ({f['estimate_ms']:.2f} ms; images by header)"),
     ]
 
 
-def main() -> None:
-    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-    shots = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+def main(turns: int = 50, shots: int = 20) -> list[Row]:
+    """Prints the two layouts side by side; the rows are bench/run_all.py's."""
+    f = measure(turns, shots)
     print(f"A chat of {turns} turns with {shots} screenshots of {SHOT_BYTES // 1024} KB, median of {REPEAT}:")
     print(f"  {'':<56} {'inline (before)':>28} {'by reference (after)':>36}")
-    for name, before, after in measure(turns, shots):
+    for name, before, after in side_by_side(f):
         print(f"  {name:<56} {before:>28} {after:>36}")
+    return [
+        Row("history bytes read per turn, files inline", f["bytes_inline"] / 1024, "KiB", "", "info"),
+        Row("history bytes read per turn, files by reference", f["bytes_ref"] / 1024, "KiB", "", "info"),
+        Row("history read + parse per turn, inline", f["read_inline"], "ms", "", "info"),
+        Row("history read + parse per turn, by reference", f["read_ref"], "ms", "", "info"),
+        Row("request's files from Redis (a worker's first turn)", f["files_cold"], "ms", "", "info"),
+        Row("request's files from the worker's cache", f["files_warm"], "ms", "", "info"),
+        Row("same request bytes either way", 1.0 if f["same"] else 0.0, "", "1", judge(float(f["same"]), at_least=1)),
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    main(*(int(a) for a in sys.argv[1:3]))
