@@ -36,6 +36,7 @@ SCRIPTS = [
     "web_streams",
     "live_text",
     "usechat_stream",
+    "files_history",
     "growth",
     "prompt_cache",
     "rate_limits",

@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     retention: float = Field(0.0, ge=0)
     log_json: bool = False
     max_text_chars: int = Field(100_000, ge=1)
+    # The most bytes a file a message carries may have; the provider's own limit (5 MiB an image, 20 MiB a PDF)
+    # stays the ceiling (agent/messages/media.py `limit`).
+    max_file_bytes: int | None = Field(None, ge=1)
     # The scripted provider's cues (`module:attribute`): texts a person reads, mapped to directives.
     scripted_cues: str = ""
 

@@ -19,21 +19,23 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agent.events import Event
-from agent.history.rounds import same_text
 from agent.messages import Message
 from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.async_approvals import AsyncApprovals
 from tasks.async_base import reaching
+from tasks.attachments import Attachment, check_attachments
 from tasks.client_budgets import AsyncBudgets
 from tasks.client_core import Busy, Kind, OnBusy, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
 from tasks.store import enqueue as enqueue_script
+from tasks.store.files import read_async as read_file
+from tasks.store.files import store_async as store_files
 from tasks.store.listing import Page, aread_page
 from tasks.store.reads import parse_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
@@ -67,20 +69,23 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         agent: str | None = None,
         model: str | None = None,
         user: str | None = None,
+        files: Sequence[Attachment] | None = None,
     ) -> TurnRef:
-        """Enqueue a turn (see `Client.send_message`, `on_busy`, `agent`, `model` and `user` included)."""
+        """Enqueue a turn (see `Client.send_message`, `on_busy`, `agent`, `model`, `user` and `files` included)."""
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
         user = kept.check_user(user)
+        attached = check_attachments(files, self.settings.max_file_bytes)
         pick = await self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now, pick, user=user)
+        new = core.new_turn(chat_id, text, now, pick, user=user, files=attached.blocks)
         owner = new.rec.owner_id
+        await store_files(self._store, owner, attached.contents)  # before the turn that reads them can run
         enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:
             last = await self._record(owner, enqueued.failed_last)
-            if last is not None and last.status == "failed" and same_text(last.text, text):
+            if last is not None and last.status == "failed" and core.same_message(last, text, attached.blocks):
                 return await self._retry_turn(last)
             enqueued = await self._run_enqueue(new, now, if_failed=False, on_busy=mode)
         if enqueued.busy is not None:
@@ -209,6 +214,13 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         """The chat's or run's messages in order (notices included)."""
         owner = await self._owner(ident, kind)
         return parse_transcript(await self._store.lrange(keys.transcript(owner), 0, -1))
+
+    @reaching
+    async def file(self, chat_id: str, sha256: str) -> tuple[bytes, str]:
+        """A file a message of the chat carries, by its SHA-256: its bytes and media type (`NotFound` if none)."""
+        core.check_id(chat_id, "chat_id")
+        data = await read_file(self._store, keys.owner("chat", chat_id), sha256.lower())
+        return core.served_file(chat_id, sha256, data)
 
     @reaching
     async def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:

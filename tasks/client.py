@@ -9,17 +9,17 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from agent.events import Event
-from agent.history.rounds import same_text
 from agent.messages import Message
 from config.settings import Settings, load_settings
 from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.agent_picker import AgentPicker
 from tasks.async_client import AsyncClient
+from tasks.attachments import Attachment, check_attachments
 from tasks.client_budgets import Budgets
 from tasks.client_core import (
     BY_MAX,
@@ -36,6 +36,8 @@ from tasks.store import deletion, keys
 from tasks.store.approvals import Decision, decide, find_waiting
 from tasks.store.connect import new_store_client
 from tasks.store.enqueue import Enqueue
+from tasks.store.files import read as read_file
+from tasks.store.files import store as store_files
 from tasks.store.listing import Page, read_page
 from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
@@ -45,6 +47,7 @@ from tasks.store.xread import xread
 __all__ = [
     "BY_MAX",
     "AsyncClient",
+    "Attachment",
     "Busy",
     "Client",
     "NotFound",
@@ -98,6 +101,7 @@ class Client(Budgets):
         agent: str | None = None,
         model: str | None = None,
         user: str | None = None,
+        files: Sequence[Attachment] | None = None,
     ) -> TurnRef:
         """Enqueue a turn. Re-sending the text of the chat's failed last turn retries that turn instead.
 
@@ -106,19 +110,22 @@ class Client(Budgets):
         enqueues nothing and raises `Busy` naming the chat's current turn. `agent` switches the chat to that
         agent from this turn on (None: the chat's, else the fleet's default); `model` is one of its `models`.
         `user`: whose message it is; a chat belongs to the user its first message named (`chats(user=...)`).
+        `files`: `Attachment`s (images and PDFs), checked before anything is enqueued and stored beside the chat.
         """
         core.check_id(chat_id, "chat_id")
         core.check_text(text, self.settings.max_text_chars)
         mode = core.check_on_busy(on_busy)
         user = kept.check_user(user)
+        attached = check_attachments(files, self.settings.max_file_bytes)
         pick = self._pick(keys.owner("chat", chat_id), agent, model)
         now = time.time()
-        new = core.new_turn(chat_id, text, now, pick, user=user)
+        new = core.new_turn(chat_id, text, now, pick, user=user, files=attached.blocks)
         owner, turn_id = new.rec.owner_id, new.rec.unit_id
+        store_files(self.redis, owner, attached.contents)  # before the turn that reads them can run
         enqueued = self._enqueue(self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode)
         if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
             last = load_record(self.redis, owner, enqueued.failed_last)
-            if last is not None and last.status == "failed" and same_text(last.text, text):
+            if last is not None and last.status == "failed" and core.same_message(last, text, attached.blocks):
                 return self._retry_turn(last)
             enqueued = self._enqueue(
                 self.redis, owner, turn_id, new.fields, new.event, now, if_failed=False, on_busy=mode
@@ -262,6 +269,13 @@ class Client(Budgets):
     def transcript(self, ident: str, *, kind: Kind | None = None) -> list[Message]:
         """The chat's or run's messages in order (notices included)."""
         return load_transcript(self.redis, self._owner(ident, kind))
+
+    @_reaching
+    def file(self, chat_id: str, sha256: str) -> tuple[bytes, str]:
+        """A file a message of the chat carries, by its SHA-256: its bytes and media type (`NotFound` if none)."""
+        core.check_id(chat_id, "chat_id")
+        data = read_file(self.redis, keys.owner("chat", chat_id), sha256.lower())
+        return core.served_file(chat_id, sha256, data)
 
     @_reaching
     def events(self, ident: str, after: str | None = None, *, kind: Kind | None = None) -> list[Event]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent.events import LIVE_DELTAS, Event, decode_event, encode_event
+from agent.history.rounds import same_text
+from agent.messages.media import FileBlock, sniff
 from tasks.store import keys
 from tasks.store.agents import Published
 from tasks.store.approvals import Decided
@@ -68,6 +70,19 @@ class Busy(RuntimeError):
 
 def no_turn(chat_id: str, turn_id: str) -> NotFound:
     return NotFound(f"no turn {turn_id} in chat {chat_id}")
+
+
+def no_file(chat_id: str, sha256: str) -> NotFound:
+    return NotFound(f"no file {sha256} in chat {chat_id}")
+
+
+def served_file(chat_id: str, sha256: str, data: bytes | None) -> tuple[bytes, str]:
+    """A stored file's bytes and their type (read from them, as at the send), or the NotFound of a file the chat
+    does not have."""
+    kind = sniff(data) if data is not None else None
+    if data is None or kind is None:
+        raise no_file(chat_id, sha256)
+    return data, kind
 
 
 def no_run(run_id: str) -> NotFound:
@@ -167,16 +182,23 @@ class NewTurn:
         return TurnRef(chat_id=self.rec.owner_id.partition(":")[2], turn_id=self.rec.unit_id, task_id=self.rec.task_id)
 
 
+def same_message(last: UnitRecord, text_: str, files: tuple[FileBlock, ...]) -> bool:
+    """Whether a send repeats a failed turn's message (its text, and the same files in the same order): it then
+    retries that turn instead of enqueuing a new one."""
+    return same_text(last.text, text_) and [f.sha256 for f in last.files] == [f.sha256 for f in files]
+
+
 def new_turn(
-    chat_id: str, text_: str, now: float, pick: AgentPick | None = None, *, user: str | None = None
+    chat_id: str, text_: str, now: float, pick: AgentPick | None = None, *, user: str | None = None,
+    files: tuple[FileBlock, ...] = (),
 ) -> NewTurn:
-    """A new turn of `chat_id` (ids drawn here), as `pick` chose its agent and model."""
+    """A new turn of `chat_id` (ids drawn here), as `pick` chose its agent and model; `files`: its message's."""
     owner = keys.owner("chat", chat_id)
     turn_id = f"t-{uuid.uuid4().hex[:16]}"
     pick = pick or AgentPick()
     rec = UnitRecord(
         kind="turn", owner_id=owner, unit_id=turn_id, text=text_, task_id=str(uuid.uuid4()), created_at=now,
-        updated_at=now, agent=pick.agent, model=pick.model, queue=pick.queue, user=user,
+        updated_at=now, agent=pick.agent, model=pick.model, queue=pick.queue, user=user, files=list(files),
     )
     return NewTurn(rec, rec.to_hash(), encode_event("turn.queued", owner, {"turn_id": turn_id}, at=now))
 

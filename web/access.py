@@ -49,6 +49,8 @@ def unknown(kind: Kind, params: Mapping[str, str]) -> NotFound:
     chat_id = params["chat_id"]
     if "turn_id" in params:
         return core.no_turn(chat_id, params["turn_id"])
+    if "sha256" in params:
+        return core.no_file(chat_id, params["sha256"])
     if "tool_use_id" in params:
         return core.no_waiting_call(chat_id, params["tool_use_id"])
     return NotFound(f"no chat {chat_id}")

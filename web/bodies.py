@@ -10,8 +10,15 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
+class FileIn(_Body):
+    media_type: str  # must agree with the type the bytes say they are (checked by the client)
+    data: str  # base64
+    name: str | None = None
+
+
 class MessageIn(_Body):
     text: str
+    files: list[FileIn] = []
     on_busy: str = "enqueue"  # checked by the client (enqueue, interrupt or reject), so its message is the one seen
     agent: str | None = None  # checked by the client against what the workers publish
     model: str | None = None

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from sse_starlette import EventSourceResponse
 
+from tasks.attachments import Attachment
 from tasks.store import keys
 from web import access, deps
 from web.bodies import MessageIn
@@ -23,11 +24,20 @@ router = APIRouter(prefix="/api/chats")
 @router.post("/{chat_id}/messages", status_code=202)
 async def send_message(chat_id: str, body: MessageIn, request: Request, client: deps.ClientDep) -> dict[str, Any]:
     """Enqueue a turn; answers as `baton send --json`. Behind `create_app(user=...)` it is `user(request)`'s."""
+    files = [Attachment.from_base64(f.data, f.media_type, f.name) for f in body.files]
     ref = await client.send_message(
         check_id(chat_id, "chat_id"), body.text, on_busy=body.on_busy, agent=body.agent, model=body.model,  # type: ignore[arg-type]
-        user=await access.who(request, None),
+        user=await access.who(request, None), files=files,
     )
     return (await client.turn(ref.chat_id, ref.turn_id)).model_dump(mode="json")
+
+
+@router.get("/{chat_id}/files/{sha256}")
+async def file(chat_id: str, sha256: str, client: deps.ClientDep) -> Response:
+    """A file a message of the chat carries, with its type (authorized as the chat is: `access.authorized`)."""
+    data, media_type = await client.file(check_id(chat_id, "chat_id"), sha256)
+    # A file's hash names its bytes forever: a browser may keep it (privately: it is the chat's).
+    return Response(data, media_type=media_type, headers={"cache-control": "private, max-age=31536000, immutable"})
 
 
 @router.get("/{chat_id}/turns/{turn_id}")

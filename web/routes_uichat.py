@@ -89,7 +89,7 @@ async def chat(body: ChatIn, request: Request, client: deps.ClientDep) -> Respon
     if isinstance(wanted, Send):
         ref = await client.send_message(
             chat_id, wanted.text, on_busy=body.on_busy, agent=body.agent, model=body.model,  # type: ignore[arg-type]
-            user=await access.who(request, None),
+            user=await access.who(request, None), files=wanted.files,
         )
         plan = Plan(chat_id, ref.turn_id, await turn_start(store, owner, ref.turn_id))
     elif isinstance(wanted, Regenerate):

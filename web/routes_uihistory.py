@@ -38,11 +38,11 @@ async def messages(chat_id: str, request: Request) -> list[UIMessage]:
     for rec in unfinished:
         turn = known.get(rec.unit_id)
         if turn is None:  # queued, not started: its words are still only in its record
-            turn = Turn(rec.unit_id, text=rec.text)
+            turn = Turn(rec.unit_id, text=rec.text, files=tuple(rec.files))
             turns.append(turn)
         turn.items, turn.running = await stream_items(store, owner, rec.unit_id), True
         turn.parked = rec.status == "waiting" and rec.waiting_reason == "approval"
-    return history(turns)
+    return history(turns, chat_id)
 
 
 async def unfinished_records(store: aioredis.Redis, owner: str) -> list[UnitRecord]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.messages import Message, NoticeBlock, TextBlock, ThinkingBlock, ToolUseBlock, result_text
+from agent.messages.media import DocumentBlock, FileBlock, ImageBlock
 from web.ui_chunks import Chunk, TurnChunks, advance, opening, parked, settled
 
 UIMessage = dict[str, Any]
@@ -37,14 +38,24 @@ class Turn:
 
     turn_id: str
     text: str | None = None
+    files: tuple[FileBlock, ...] = ()  # the files the user's message carries (served by the chat's files route)
     items: list[Item] = field(default_factory=list)
     parked: bool = False  # waiting for a person's approval: its stream ended there
     running: bool = False  # its items are its stream's so far (else the transcript's, of a settled turn)
 
 
-def user_message(turn_id: str, text: str) -> UIMessage:
-    """The user's message of a turn (Baton stores the text; its id is the turn's, stable across reads)."""
-    return {"id": f"{turn_id}:user", "role": "user", "parts": [{"type": "text", "text": text}]}
+def user_message(turn_id: str, text: str, files: Iterable[FileBlock] = (), chat_id: str = "") -> UIMessage:
+    """The user's message of a turn (Baton stores the text; its id is the turn's, stable across reads), its files
+    as the SDK's file parts, each pointing at `GET /api/chats/{chat_id}/files/{sha256}`."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for f in files:
+        part = {"type": "file", "mediaType": f.media_type, "url": f"/api/chats/{chat_id}/files/{f.sha256}"}
+        parts.append({**part, "filename": f.name} if f.name else part)
+    return {"id": f"{turn_id}:user", "role": "user", "parts": parts}
+
+
+def user_files(message: Message) -> tuple[FileBlock, ...]:
+    return tuple(b for b in message.content if isinstance(b, ImageBlock | DocumentBlock))
 
 
 def user_words(message: Message) -> str | None:
@@ -101,7 +112,7 @@ def turns_of(transcript: list[Message], unfinished: Iterable[str]) -> list[Turn]
         turn = turns.setdefault(turn_id, Turn(turn_id))
         words = user_words(message)
         if words is not None and turn.text is None:
-            turn.text = words
+            turn.text, turn.files = words, user_files(message)
         elif words is None:
             own.setdefault(turn_id, []).append(message)
     for turn_id, turn in turns.items():
@@ -110,12 +121,13 @@ def turns_of(transcript: list[Message], unfinished: Iterable[str]) -> list[Turn]
     return list(turns.values())
 
 
-def history(turns: Iterable[Turn]) -> list[UIMessage]:
-    """The `UIMessage` list of `turns`: each turn's user message, then its assistant message if it has parts."""
+def history(turns: Iterable[Turn], chat_id: str = "") -> list[UIMessage]:
+    """The `UIMessage` list of `turns` (of chat `chat_id`): each turn's user message, then its assistant message
+    if it has parts."""
     out: list[UIMessage] = []
     for turn in turns:
         if turn.text is not None:
-            out.append(user_message(turn.turn_id, turn.text))
+            out.append(user_message(turn.turn_id, turn.text, turn.files, chat_id))
         message = assemble(turn_chunks(turn))
         if message["parts"]:
             out.append(message)

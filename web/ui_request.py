@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.attachments import Attachment
+
 
 class ChatIn(BaseModel):
     """The transport's body; extra keys (an app's own `body` option) are allowed and ignored, but `on_busy`,
@@ -33,6 +35,7 @@ class ChatIn(BaseModel):
 @dataclass(frozen=True)
 class Send:
     text: str
+    files: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,24 @@ def asked(trigger: str, messages: list[dict[str, Any]]) -> Asked:
         text = "\n\n".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
         if not text.strip():
             raise ValueError("the last user message has no text part")
-        return Send(text)
+        return Send(text, tuple(attachment(p) for p in parts if p.get("type") == "file"))
     if last.get("role") == "assistant":
         decisions = tuple(d for d in (_decision(p) for p in parts) if d is not None)
         if decisions:
             return Decide(decisions)
         raise ValueError("the last message is the assistant's, with no tool approval response to send")
     raise ValueError(f"the last message's role must be 'user' or 'assistant'; got {last.get('role')!r}")
+
+
+def attachment(part: dict[str, Any]) -> Attachment:
+    """A file part (`{"type": "file", "mediaType", "url": "data:...;base64,...", "filename"}`, what
+    `sendMessage({text, files})` posts) as an `Attachment`; its type and size are checked by the client."""
+    url, media_type, name = part.get("url"), part.get("mediaType"), part.get("filename")
+    head, comma, data = url.partition(",") if isinstance(url, str) else ("", "", "")
+    if not comma or not head.startswith("data:") or not head.endswith(";base64"):
+        raise ValueError("a file part's url must be a base64 data URL (data:TYPE;base64,...)")
+    declared = media_type if isinstance(media_type, str) and media_type else head[5:].removesuffix(";base64")
+    return Attachment.from_base64(data, declared, name if isinstance(name, str) else None)
 
 
 def _decision(part: dict[str, Any]) -> Decision | None:

@@ -10,8 +10,10 @@ estimate counts (and the API does not) keep it on the generous side for ordinary
 provider says so ("prompt is too long"), and the compaction below scales by how wrong it was.
 
 Elision: the tool results of model messages [0, cut) are replaced by a short marker that keeps their
-`tool_use_id` and `is_error`, so every tool_use keeps its tool_result. Only results are touched, never a
-person's text or the model's calls, and never the latest round of results (the current round). The cut only
+`tool_use_id` and `is_error`, so every tool_use keeps its tool_result; so are the images and PDFs of finished
+turns' user messages (a line of text saying which), never those of the turn under way. Only results and files
+are touched, never a person's text or the model's calls, and never the latest round of results (the current
+round). The cut only
 moves forward, in one batch down to a lower watermark, so the cached prefix is rebuilt rarely.
 """
 
@@ -25,13 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.loop.failures import Overflow
-from agent.messages.media import UNREADABLE_IMAGE_TOKENS, image_tokens
+from agent.messages.media import UNREADABLE_IMAGE_TOKENS, document_tokens, image_tokens_b64
 
 DEFAULT_CONTEXT_TOKENS = 200_000  # the standard input window of current Claude models
 BYTES_PER_TOKEN = 4
 LOW_WATERMARK = 0.6  # an elision batch brings the estimate down to this share of the budget
 COMPACT_SHARE = 0.5  # after "prompt is too long": down to this share of the window the provider stated
 ELIDED = "[Old tool result elided to fit the context window ({chars} characters).]"
+FILE_TYPES = ("image", "document")
+ELIDED_FILE = "[Old {kind} {name} elided to fit the context window.]"
 ELIDED_IMAGES = "[Old tool result elided to fit the context window ({chars} characters, {images} images).]"
 
 
@@ -64,13 +68,14 @@ def estimate_tokens(value: Any) -> int:
 
 
 def _image_free(block: Any) -> tuple[Any, int]:
-    """A block with its image's base64 left out (or its tool result's images'), and what they cost."""
+    """A block with its image's or PDF's base64 left out (or its tool result's images'), and what they cost."""
     if not isinstance(block, dict):
         return block, 0
     source = block.get("source")
-    if block.get("type") == "image" and isinstance(source, dict) and source.get("type") == "base64":
+    if block.get("type") in FILE_TYPES and isinstance(source, dict) and source.get("type") == "base64":
+        data = str(source.get("data", ""))
         try:
-            tokens = image_tokens(base64.b64decode(str(source.get("data", ""))))
+            tokens = image_tokens_b64(data) if block["type"] == "image" else document_tokens(base64.b64decode(data))
         except (binascii.Error, ValueError):
             tokens = UNREADABLE_IMAGE_TOKENS
         return {**block, "source": {**source, "data": ""}}, tokens
@@ -85,7 +90,7 @@ def _image_free(block: Any) -> tuple[Any, int]:
 def _without_images(value: Any) -> tuple[Any, int]:
     """A message with its images' bytes left out, and their tokens (a value that is no message: as it is)."""
     content = value.get("content") if isinstance(value, dict) else None
-    if not isinstance(content, list) or "image" not in _types(content):
+    if not isinstance(content, list) or not any(kind in _types(content) for kind in FILE_TYPES):
         return value, 0
     blocks = [_image_free(block) for block in content]
     return {**value, "content": [block for block, _ in blocks]}, sum(tokens for _, tokens in blocks)
@@ -122,23 +127,47 @@ def _elided_block(block: dict[str, Any]) -> dict[str, Any]:
         chars=chars)}
 
 
+def _elided_file(block: dict[str, Any]) -> dict[str, Any]:
+    name = block.get("title") or (block.get("source") or {}).get("media_type", "")
+    return {"type": "text", "text": ELIDED_FILE.format(kind=block.get("type"), name=name)}
+
+
 def elide(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]:
-    """`messages` (wire form) with the tool results of messages [0, cut) elided; the input is left as it was."""
+    """`messages` (wire form) with the tool results and the files of messages [0, cut) elided; the files of the
+    person's latest message (the turn under way) are kept wherever the cut is. The input is left as it was."""
     if cut <= 0:
         return messages
+    latest = _latest_words(messages)
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if index < cut and message.get("role") == "user" and _has_results(message):
-            blocks = [_elided_block(b) if b.get("type") == "tool_result" else b for b in message["content"]]
+        if index < cut and message.get("role") == "user" and _elidable(message, files=index != latest):
+            blocks = [
+                _elided_block(b) if b.get("type") == "tool_result"
+                else _elided_file(b) if b.get("type") in FILE_TYPES and index != latest else b
+                for b in message["content"]
+            ]
             out.append({**message, "content": blocks})
         else:
             out.append(message)
     return out
 
 
-def _has_results(message: dict[str, Any]) -> bool:
+def _elidable(message: dict[str, Any], *, files: bool = True) -> bool:
     content = message.get("content")
-    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    kinds = ("tool_result", *FILE_TYPES) if files else ("tool_result",)
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in kinds for b in content)
+
+
+def _has_results(message: dict[str, Any]) -> bool:
+    return _elidable(message, files=False)
+
+
+def _latest_words(messages: list[dict[str, Any]]) -> int:
+    """The index of the person's latest message (a user message that is not a round of tool results), or -1."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user" and not _has_results(messages[index]):
+            return index
+    return -1
 
 
 def max_cut(messages: list[dict[str, Any]]) -> int:
@@ -158,9 +187,12 @@ class Fit:
 
 
 def _size(message: dict[str, Any]) -> tuple[int, int]:
-    """A message's estimate as sent, and with its tool results elided."""
+    """A message's estimate as sent, and with its tool results and files elided."""
     full = estimate_tokens(message)
-    return full, estimate_tokens(elide([message], 1)[0]) if _has_results(message) else full
+    return full, estimate_tokens(elide([message, _LATER], 1)[0]) if _elidable(message) else full
+
+
+_LATER = {"role": "user", "content": "later words"}  # so `elide` sees `message` as a finished turn's
 
 
 class Sizes:
@@ -219,9 +251,10 @@ def choose_cut(
     total = overhead + sum(small[:current]) + sum(full[current:])
     if total <= budget:
         return Fit(current, total)
-    cut = current
+    cut, latest = current, _latest_words(messages)
     while cut < limit and total > target:
-        total -= full[cut] - small[cut]
+        if cut != latest:  # the turn under way keeps its files
+            total -= full[cut] - small[cut]
         cut += 1
     return Fit(cut, total)
 

@@ -20,12 +20,7 @@ Handler = Callable[[Any, argparse.Namespace, Emit], int]
 
 
 def send_or_retry(client: Any, args: argparse.Namespace, emit: Emit) -> int:
-    if args.command == "send":
-        ref = client.send_message(
-            args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user
-        )
-    else:
-        ref = client.retry(args.id)
+    ref = _send(client, args) if args.command == "send" else client.retry(args.id)
     if hasattr(ref, "run_id"):
         status = client.wait(ref, timeout=args.timeout) if args.wait else client.run_status(ref.run_id)
         emit(args, status.model_dump(), f"run {status.run_id}: {status.status}")
@@ -35,6 +30,22 @@ def send_or_retry(client: Any, args: argparse.Namespace, emit: Emit) -> int:
     result = client.wait(ref, timeout=args.timeout) if args.wait else client.turn(ref.chat_id, ref.turn_id)
     emit(args, result.model_dump(), views.render_turn(result))
     return views.turn_exit(result, args.wait)
+
+
+def _send(client: Any, args: argparse.Namespace) -> Any:
+    """`baton send`: the message, with the files read from `--file` (one that cannot be read is bad input)."""
+    from tasks.client import Attachment, ValidationError
+
+    files = []
+    for path in args.file:
+        try:
+            files.append(Attachment.from_path(path))
+        except OSError as err:
+            raise ValidationError(f"cannot read {path}: {err.strerror or err}") from None
+    return client.send_message(
+        args.chat_id, args.text, on_busy=args.on_busy, agent=args.agent, model=args.model, user=args.user,
+        files=files,
+    )
 
 
 def start_run(client: Any, args: argparse.Namespace, emit: Emit) -> int:

@@ -58,6 +58,10 @@ def _unit_commands(cmd: Command) -> None:
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--user", help="whose message it is (a chat belongs to its first message's user)")
+    p.add_argument(
+        "--file", action="append", default=[], metavar="PATH",
+        help="attach an image (PNG, JPEG, GIF, WebP) or a PDF; repeat for more",
+    )
     p = cmd("retry", "re-run a chat's failed last turn, or a failed run")
     p.add_argument("id")
     p.add_argument("--wait", action="store_true")

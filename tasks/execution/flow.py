@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -28,6 +28,7 @@ from agent.messages import (
     notice,
     user_text,
 )
+from agent.messages.media import FileBlock
 from agent.provider.rate_gate import RateLimited
 from agent.provider.replay import RequestFailed
 from agent.tools import Tool
@@ -344,11 +345,14 @@ class Execution(Seeding, RateWaiting):
             return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
 
-    def _first_start(self, text: str, history_len: int | str, now: float) -> Batch:
-        """What a unit's first start writes: the user's message, `*.started`, the record running with its
-        history_len, and its entry for the lost-worker sweep (`take` writes it with the lease when it can)."""
+    def _first_start(
+        self, text: str, history_len: int | str, now: float, files: Sequence[FileBlock] = ()
+    ) -> Batch:
+        """What a unit's first start writes: the user's message (with its files), `*.started`, the record running
+        with its history_len, and its entry for the lost-worker sweep (`take` writes it with the lease when it can)."""
         unit = self.unit
-        batch = Batch().add("RPUSH", keys.transcript(unit.owner_id), dump_message(user_text(text, unit.unit_id)))
+        message = user_text(text, unit.unit_id, tuple(files))
+        batch = Batch().add("RPUSH", keys.transcript(unit.owner_id), dump_message(message))
         self._event(batch, f"{unit.event_prefix}.started", {"generation": 0, **self._agent_fields()})
         return self._running_fields(batch, history_len, now)
 
@@ -373,8 +377,8 @@ class Execution(Seeding, RateWaiting):
         unit, now = self.unit, time.time()
         if rec.history_len < 0 and rec.generation == 0:
             rec.history_len = len(loaded.transcript) + 1
-            start = self._first_start(rec.text, rec.history_len, now)
-            history.append(user_text(rec.text, unit.unit_id))
+            start = self._first_start(rec.text, rec.history_len, now, rec.files)
+            history.append(user_text(rec.text, unit.unit_id, tuple(rec.files)))
         else:
             start = Batch()
             if rec.history_len < 0:

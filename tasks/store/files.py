@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 import redis
+import redis.asyncio as aioredis
 
 from agent.messages.media import encode
 from tasks.store import keys
@@ -48,16 +49,35 @@ class _Cache:
 _cache = _Cache(CACHE_BYTES)
 
 
+def encoded(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
+    """The hash fields that keep these files (what `store` writes; the asyncio client writes the same)."""
+    return {sha: encode(data) for sha, data in files}
+
+
 def store(client: redis.Redis, owner_id: str, files: Iterable[tuple[str, bytes]]) -> None:
-    """Keep each (sha256, bytes) beside the owner's transcript; a file it already has is not written again."""
-    mapping = {sha: encode(data) for sha, data in files}
+    """Keep each (sha256, bytes) beside the owner's transcript (a file's hash names its bytes: writing one the
+    chat already has changes nothing)."""
+    mapping = encoded(files)
     if mapping:
         client.hset(keys.files(owner_id), mapping=mapping)  # type: ignore[arg-type]
+
+
+async def store_async(client: aioredis.Redis, owner_id: str, files: Iterable[tuple[str, bytes]]) -> None:
+    """`store`, for the asyncio client."""
+    mapping = encoded(files)
+    if mapping:
+        await client.hset(keys.files(owner_id), mapping=mapping)  # type: ignore[arg-type]
 
 
 def read(client: redis.Redis, owner_id: str, sha256: str) -> bytes | None:
     """A file's bytes (what `GET /api/chats/{id}/files/{sha256}` serves), or None."""
     data = client.hget(keys.files(owner_id), sha256)
+    return None if data is None else base64.b64decode(text(data))
+
+
+async def read_async(client: aioredis.Redis, owner_id: str, sha256: str) -> bytes | None:
+    """`read`, for the asyncio client."""
+    data = await client.hget(keys.files(owner_id), sha256)
     return None if data is None else base64.b64decode(text(data))
 
 

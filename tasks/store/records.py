@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from agent.messages.media import DocumentBlock, ImageBlock
 from tasks.store.replies import text
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "stopped"]
@@ -53,6 +54,9 @@ class UnitRecord(BaseModel):
     unit_id: str
     status: Status = "queued"
     text: str = ""  # the user's message, or the run's goal
+    # The files the user's message carries, by reference (their bytes are in the chat's store): they travel with
+    # the text, and the start puts both in the transcript's user message.
+    files: list[ImageBlock | DocumentBlock] = Field(default_factory=list)
     user: str | None = None  # who sent it or started the run; a chat is its first turn's user's (store/listing.py)
     workspace: str | None = None
     # The agent it runs: named at enqueue (None: the chat's, else the fleet's default), resolved when it starts

@@ -12,7 +12,8 @@ execution or its lease with the start, as a crash after a separate start write w
 the same Python code as any other start, so the message and event formats have one source; the script only
 puts the record's stored text (a JSON string literal) where the message's text goes, and only when that literal
 is exactly what the message's encoder writes (no `\\u` escape: Python's and pydantic's encoders differ there).
-Any other case (a retry, a resume, a draining worker, an escaped text) is started by the caller as before.
+Any other case (a retry, a resume, a draining worker, an escaped text, a message with files: their blocks are
+the record's, which the caller reads first) is started by the caller as before.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to t
 # {record, head, 1, stop, draining, transcript, started}. A nil head (not checked, or an empty queue) comes as false.
 _TAKE = RUN_OPS + """
 local rec = redis.call('HGETALL', KEYS[1])
-local status, history_len, generation, text, agent, model = nil, '-1', '0', nil, 'null', 'null'
+local status, history_len, generation, text, agent, model, files = nil, '-1', '0', nil, 'null', 'null', '[]'
 for i = 1, #rec, 2 do
   local field = rec[i]
   if field == 'status' then status = rec[i + 1]
@@ -44,7 +45,8 @@ for i = 1, #rec, 2 do
   elseif field == 'generation' then generation = rec[i + 1]
   elseif field == 'text' then text = rec[i + 1]
   elseif field == 'agent' then agent = rec[i + 1]
-  elseif field == 'model' then model = rec[i + 1] end
+  elseif field == 'model' then model = rec[i + 1]
+  elseif field == 'files' then files = rec[i + 1] end
 end
 if #rec == 0 or status == '"completed"' or status == '"failed"' or status == '"stopped"' then
   return {rec}
@@ -60,7 +62,7 @@ end
 local hl = tonumber(history_len) or -1
 local stop, draining = redis.call('GET', KEYS[4]), redis.call('EXISTS', KEYS[5])
 local started = 0
-if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and text ~= nil
+if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and text ~= nil and files == '[]'
    and (agent == 'null' or agent == ARGV[8]) and (model == 'null' or model == ARGV[9])
    and #text >= 2 and string.sub(text, 1, 1) == '"' and string.sub(text, -1) == '"'
    and not string.find(text, '\\\\u', 1, true) then

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from . import fake_anthropic_sse as sse
 from .fake_anthropic_sse import first_user_text, validate_request
+from .fake_files import received
 from .fake_prompt_cache import MAX_BREAKPOINTS, PromptCache, breakpoint_count, prompt_tokens
 from .fake_rate_limit import FixedWindow, Taken, anthropic_headers
 
@@ -516,6 +517,11 @@ class FakeMessagesServer:
         """The SHA-256 of each image request `index` carried (decoded from its base64), in order."""
         with self._cond:
             return sse.images_of(self.requests[index])
+
+    def files_received(self) -> list[list[dict[str, str]]]:
+        """Per request (in the Messages API's form), the files it carried: type, media type, SHA-256 of the bytes."""
+        with self._cond:
+            return [received(body) for body in self.requests]
 
     def wait_for_requests(self, n: int, timeout: float = 10.0) -> bool:
         """Block until at least `n` requests arrived; False on timeout."""

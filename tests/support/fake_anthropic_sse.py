@@ -14,6 +14,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from .fake_files import file_problem
+
 # Status -> `error.type`, as the real API names them (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
@@ -394,7 +396,7 @@ def validate_request(body: Mapping[str, Any], enforce_tool_pairing: bool = True,
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
-    problem = thinking_problem(body, betas)
+    problem = thinking_problem(body, betas) or file_problem(body)
     if problem is not None:
         return problem
     if not body.get("tools") and any(

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import fake_anthropic_sse as sse
 from .fake_anthropic import FakeMessagesServer, Fault, Reply, _RequestHandler
+from .fake_files import data_url_block, file_problem
 from .fake_prompt_cache import prompt_tokens
 from .fake_rate_limit import Taken, openai_headers
 
@@ -137,6 +138,8 @@ def _neutral_parts(content: Any) -> list[dict[str, Any]]:
             if found is not None:
                 data = base64.b64encode(found[1]).decode()
                 out.append({"type": "image", "source": {"type": "base64", "media_type": found[0], "data": data}})
+        elif part.get("type") == "file" and (block := data_url_block(part)) is not None:
+            out.append(block)
     return out
 
 
@@ -267,6 +270,8 @@ class _ChatHandler(_RequestHandler):
         if problem is None and authorized:
             problem = validate_chat(body, fake.enforce_tool_pairing)
         neutral = neutral_body(body) if problem is None and isinstance(body, dict) else None
+        if neutral is not None and authorized and (unreadable := file_problem(neutral)) is not None:
+            problem = (unreadable, "messages")
         with fake._cond:
             if isinstance(body, dict):
                 fake.wire_requests.append(body)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from config.settings import Settings
-from tasks.client_core import no_run, no_turn, no_waiting_call
+from tasks.client_core import no_file, no_run, no_turn, no_waiting_call
 from web import access
 from web.app import create_app
 
@@ -26,6 +26,8 @@ def test_a_refusal_is_word_for_word_the_routes_unknown_id():
     assert str(access.unknown("run", {"run_id": "r1"})) == str(no_run("r1")) == "no run r1"
     assert str(access.unknown("run", {"run_id": "r1", "tool_use_id": "x"})) == str(no_run("r1"))
     assert str(access.unknown("chat", {"chat_id": "c", "turn_id": "t"})) == str(no_turn("c", "t"))
+    # A refused chat's file reads as a file the chat does not have, word for word.
+    assert str(access.unknown("chat", {"chat_id": "c", "sha256": "ab"})) == str(no_file("c", "ab"))
     assert str(access.unknown("chat", {"chat_id": "c", "tool_use_id": "x"})) == str(no_waiting_call("c", "x"))
     assert str(access.unknown("chat", {"chat_id": "c"})) == "no chat c"
 
@@ -72,7 +74,7 @@ def test_every_api_route_that_names_a_chat_or_run_asks_authorize_before_anything
         return refuse(_request, kind, ident)
 
     app = create_app(Settings(redis_url="redis://127.0.0.1:1/0"), authorize=refuse if style == "sync" else refuse_async)
-    ids = {"chat_id": "c-them", "run_id": "r-them", "turn_id": "t-1", "tool_use_id": "toolu_1"}
+    ids = {"chat_id": "c-them", "run_id": "r-them", "turn_id": "t-1", "tool_use_id": "toolu_1", "sha256": "ab" * 32}
     covered = 0
     for template, ops in app.openapi()["paths"].items():
         if not template.startswith("/api"):
@@ -98,4 +100,5 @@ def test_every_api_route_that_names_a_chat_or_run_asks_authorize_before_anything
             assert asked == [(kind, ident)], (method, template, asked)
             assert status == 404, (method, template, status, answer)
             covered += 1
-    assert covered == 19, covered  # 7 chat routes, 7 run routes (POST /api/runs, the DELETEs), 2 approvals, 3 useChat
+    # 8 chat routes (files included), 7 run routes (POST /api/runs, the DELETEs), 2 approvals, 3 useChat
+    assert covered == 20, covered

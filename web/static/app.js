@@ -12,6 +12,7 @@ import { ChatView } from "./view.js";
 import { Timeline } from "./timeline.js";
 import { byId } from "./dom.js";
 import { loadChats } from "./chats.js";
+import { Attachments } from "./attach.js";
 
 // ------------------------------------------------------------------ where we are
 
@@ -44,8 +45,16 @@ let stopping = false;
 const view = new ChatView(state, {
   isRun,
   ownerId,
-  actions: { retry: onRetry, decide, isStopping: () => stopping, reveal: (key) => timeline.reveal(key) },
+  actions: {
+    retry: onRetry, decide, isStopping: () => stopping, reveal: (key) => timeline.reveal(key), fileUrl,
+  },
 });
+const attachments = new Attachments(byId("attachments"));
+
+/** Where a message's file is served (an <img> sends no Authorization header: the token goes in the query). */
+function fileUrl(sha256) {
+  return `${base}/files/${encodeURIComponent(sha256)}${token ? `?token=${encodeURIComponent(token)}` : ""}`;
+}
 const timeline = new Timeline({ isRun });
 
 function render() {
@@ -232,9 +241,11 @@ async function send(text) {
   button.disabled = true;
   showError("");
   try {
+    if (attachments.items.length) body.files = await attachments.payload();
     const turn = await api("POST", `${base}/messages`, body);
     state.addPending(turn.turn_id, text);
     byId("composer-input").value = "";
+    attachments.clear();
     render();
     loadChats(api, root, chatId, token); // a new chat joins the list, and this one moves to the top
   } catch (err) {
@@ -283,6 +294,33 @@ async function decide(toolUseId, approve) {
 
 // ------------------------------------------------------------------ start
 
+/** Files join the message by the Attach button, a paste into the composer, or a drop on it. */
+function wireAttaching(composer) {
+  const input = byId("file-input");
+  byId("attach-button").addEventListener("click", () => input.click());
+  input.addEventListener("change", () => {
+    attachments.add(input.files);
+    input.value = ""; // the same file may be chosen again
+  });
+  byId("composer-input").addEventListener("paste", (e) => {
+    const files = e.clipboardData && e.clipboardData.files;
+    if (files && files.length) {
+      e.preventDefault();
+      attachments.add(files);
+    }
+  });
+  composer.addEventListener("dragover", (e) => {
+    e.preventDefault();
+    composer.classList.add("is-dropping");
+  });
+  composer.addEventListener("dragleave", () => composer.classList.remove("is-dropping"));
+  composer.addEventListener("drop", (e) => {
+    e.preventDefault();
+    composer.classList.remove("is-dropping");
+    attachments.add(e.dataTransfer && e.dataTransfer.files);
+  });
+}
+
 function start() {
   byId("owner-kind").textContent = isRun ? "run" : "chat";
   byId("owner-id").textContent = ownerId;
@@ -302,6 +340,7 @@ function start() {
     }
   });
   byId("stop-button").addEventListener("click", onStop);
+  wireAttaching(composer);
   render();
   refreshTranscript();
   if (isRun) refreshRun();

@@ -84,7 +84,8 @@ export class ChatView {
         // a run's first message is its goal, which the run card above shows.
         const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("");
         if (text && !(this.isRun && i === 0)) {
-          nodes.push(userBubble(text));
+          const files = blocks.filter((b) => b.type === "image" || b.type === "document");
+          nodes.push(userBubble(text, { files, fileUrl: this.actions.fileUrl }));
           shown = "user";
         }
       } else if (m.role === "assistant") {
@@ -265,13 +266,25 @@ function workingLabel(turn) {
   return "Writing…";
 }
 
-function userBubble(text, { pending = false } = {}) {
+function userBubble(text, { pending = false, files = [], fileUrl = null } = {}) {
   return h(
     "div",
     { class: `msg msg-user${pending ? " is-pending" : ""}`, "data-testid": "message", "data-role": "user" },
     h("div", { class: "msg-label", text: pending ? "You · sending" : "You" }),
     h("div", { class: "bubble", "data-testid": "user-text", text }),
+    files.length && fileUrl ? h("div", { class: "msg-files" }, files.map((f) => fileNode(f, fileUrl(f.sha256)))) : null,
   );
+}
+
+/** A message's file, served by the chat's files route: an image inline, a PDF as a link. */
+function fileNode(block, url) {
+  const name = block.name || block.sha256.slice(0, 12);
+  if (block.type === "image") {
+    return h("a", { href: url, target: "_blank", rel: "noopener" },
+      h("img", { src: url, alt: name, class: "msg-image", "data-testid": "message-image", loading: "lazy" }));
+  }
+  return h("a", { href: url, target: "_blank", rel: "noopener", class: "msg-file-link", "data-testid": "message-file",
+    text: `PDF · ${name}` });
 }
 
 /** "agent · model" for an answer's label, from its turn's `turn.started` and the message's own model. */
