@@ -1,6 +1,6 @@
 """A client's view of the agents the workers publish, read at most every few seconds, and the check of a send's
 agent and model against it: the sync and the async form differ only in how they read (the decision is
-`client_core.pick_agent`)."""
+`client_agent_pick.pick_agent`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 import redis
 import redis.asyncio as aioredis
 
+from tasks import agent_pick
 from tasks import client_core as core
 from tasks.client_core import ValidationError
 from tasks.store import agents as published
@@ -19,7 +20,7 @@ from tasks.store.records import UnitRecord
 
 
 class AgentPicker:
-    """What the workers publish, cached for `core.AGENTS_FRESH_SECONDS`, and a send's agent checked against it."""
+    """What the workers publish, cached for `agent_pick.AGENTS_FRESH_SECONDS`, and a send's agent checked against it."""
 
     def __init__(self, store: Callable[[], redis.Redis], keep: float) -> None:
         """`store`: the client's store connection, asked at each read (the client's to replace)."""
@@ -28,7 +29,7 @@ class AgentPicker:
 
     def listed(self, *, fresh: bool = False) -> list[Published]:
         at, listed = self._cache
-        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
+        if fresh or time.monotonic() - at > agent_pick.AGENTS_FRESH_SECONDS:
             listed = published.read(self._store(), time.time(), self._keep)
             self._cache = (time.monotonic(), listed)
         return listed
@@ -43,9 +44,9 @@ class AgentPicker:
             last = last_turn(owner)
             chat_agent = last.agent if last is not None else None
         try:
-            return core.pick_agent(self.listed(), agent, model, chat_agent)
+            return agent_pick.pick_agent(self.listed(), agent, model, chat_agent)
         except ValidationError:
-            return core.pick_agent(self.listed(fresh=True), agent, model, chat_agent)
+            return agent_pick.pick_agent(self.listed(fresh=True), agent, model, chat_agent)
 
 
 class AsyncAgentPicker:
@@ -57,7 +58,7 @@ class AsyncAgentPicker:
 
     async def listed(self, *, fresh: bool = False) -> list[Published]:
         at, listed = self._cache
-        if fresh or time.monotonic() - at > core.AGENTS_FRESH_SECONDS:
+        if fresh or time.monotonic() - at > agent_pick.AGENTS_FRESH_SECONDS:
             raw = await self._store.hgetall(keys.AGENTS)
             listed = published.fold(raw, time.time(), self._keep)[0]
             self._cache = (time.monotonic(), listed)
@@ -76,6 +77,6 @@ class AsyncAgentPicker:
             last = await last_turn(owner)
             chat_agent = last.agent if last is not None else None
         try:
-            return core.pick_agent(await self.listed(), agent, model, chat_agent)
+            return agent_pick.pick_agent(await self.listed(), agent, model, chat_agent)
         except ValidationError:
-            return core.pick_agent(await self.listed(fresh=True), agent, model, chat_agent)
+            return agent_pick.pick_agent(await self.listed(fresh=True), agent, model, chat_agent)

@@ -24,6 +24,7 @@ from typing import Any
 
 from agent.events import Event
 from agent.messages import Message
+from tasks import agent_pick
 from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.async_approvals import AsyncApprovals
@@ -103,7 +104,7 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
     @reaching
     async def agents(self) -> dict[str, Any]:
         """The agents the workers serve now (see `Client.agents`)."""
-        return core.agents_answer(await self._agents.listed(fresh=True))
+        return agent_pick.agents_answer(await self._agents.listed(fresh=True))
 
     async def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
         return await self._agents.pick(owner, agent, model, self._last_turn)

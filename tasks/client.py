@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from agent.events import Event
 from agent.messages import Message
 from config.settings import Settings, load_settings
+from tasks import agent_pick
 from tasks import client_core as core
 from tasks import client_kept as kept
 from tasks.agent_picker import AgentPicker
@@ -148,7 +149,7 @@ class Client(Budgets):
     def agents(self) -> dict[str, Any]:
         """The agents the workers serve now: `{"agents": [...]}`, each with its version, models, tools and the
         workers serving it (as `baton agents --json`)."""
-        return core.agents_answer(self._agents.listed(fresh=True))
+        return agent_pick.agents_answer(self._agents.listed(fresh=True))
 
     def _pick(self, owner: str, agent: str | None, model: str | None) -> core.AgentPick:
         return self._agents.pick(owner, agent, model, self._last_turn)
