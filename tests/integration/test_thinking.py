@@ -124,6 +124,29 @@ def test_a_chat_that_moves_to_another_model_does_not_send_it_the_old_thinking(st
 
 
 @pytest.mark.parametrize("provider", ["anthropic"])
+def test_a_chat_that_moves_to_another_provider_does_not_send_it_the_old_thinking(stack: Stack, provider):
+    """Turn 1 thinks on Anthropic (signed thinking, a tool round); turn 2 names `elsewhere`, an OpenAI-compatible
+    server of its own: its request carries turn 1's tool round as Chat Completions messages, but neither the signed
+    thinking nor any `reasoning_content` (that server cannot verify what Anthropic signed); the transcript keeps it."""
+    local = FakeChatServer(api_key="local-secret").start()
+    try:
+        stack.fake_api.set_handler(Script([thought("Think about e.", tool_call("lookup", {"key": "e"})), text("E.")]))
+        local.set_handler(Script([text("Elsewhere.")]))
+        stack.worker("w1", **THINKING, BATON_TEST_LOCAL_URL=local.url, LOCAL_LLM_KEY="local-secret")
+        client = stack.client()
+        assert client.wait(client.send_message("think-p", "what is e?"), timeout=60).reply == "E."
+        moved = client.wait(client.send_message("think-p", "and elsewhere?", agent="elsewhere"), timeout=60)
+        assert (moved.status, moved.reply, moved.model) == ("completed", "Elsewhere.", "local-llm")
+        [sent] = local.wire_requests
+        assert "Think about e." not in str(sent) and all("reasoning_content" not in m for m in sent["messages"])
+        assert any(m.get("tool_calls") for m in sent["messages"])  # the tool round itself goes along
+        assert local.rejections == [] and stack.fake_api.rejections == []
+        assert any(b.type == "thinking" for m in client.transcript("think-p") for b in m.content)
+    finally:
+        local.stop()
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
 def test_a_thinking_block_altered_on_replay_answers_the_fakes_400(stack: Stack, provider):
     """The guard the thinking tests stand on: the journaled thinking of a step is changed (one word) while its unit
     waits for another worker; the resumed unit sends it back altered, and the fake refuses it exactly as the API
