@@ -109,6 +109,11 @@ class LimitedProvider:
     def __init__(self, inner: Provider, gate: Gate, *, limits: RateLimits | None, max_wait: float) -> None:
         self._inner, self._gate, self._limits, self._max_wait = inner, gate, limits, max_wait
 
+    @property
+    def wrapped(self) -> Provider:
+        """The provider this gate guards: what a trace names (a gate is not a provider of its own)."""
+        return self._inner
+
     def stream(
         self,
         request: ProviderRequest,

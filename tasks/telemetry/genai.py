@@ -30,6 +30,8 @@ T = TypeVar("T")
 
 def provider_name(provider: Provider) -> str:
     """`gen_ai.provider.name`: `anthropic`, `openai` (the conventions' names), or the provider's own word."""
+    while (inner := getattr(provider, "wrapped", None)) is not None:  # a wrapper (the rate gate) names what it wraps
+        provider = inner
     named = getattr(provider, "name", None)
     if isinstance(named, str) and named:
         return named

@@ -172,3 +172,15 @@ def test_input_messages_as_the_conventions_parts():
         {"role": "assistant", "parts": [{"type": "tool_call", "id": "t1", "name": "save", "arguments": {"note": "n"}}]},
         {"role": "user", "parts": [{"type": "tool_call_response", "id": "t1", "response": "saved"}]},
     ]
+
+
+def test_a_provider_behind_the_rate_gate_is_named_as_itself() -> None:
+    """The fleet's rate gate wraps every provider when sharing is on: a span names the provider, not the gate
+    (red in CI: `gen_ai.provider.name` was 'limited')."""
+    from agent.provider.rate_gate import LimitedProvider
+
+    class AnthropicProvider:  # the name the real one is known by
+        pass
+
+    gated = LimitedProvider(AnthropicProvider(), None, limits=None, max_wait=5.0)  # type: ignore[arg-type]
+    assert provider_name(gated) == "anthropic"
