@@ -171,11 +171,15 @@ def _latest_words(messages: list[dict[str, Any]]) -> int:
 
 
 def max_cut(messages: list[dict[str, Any]]) -> int:
-    """How far a cut may go: up to (not into) the last message holding tool results, the current round."""
+    """How far a cut may go: up to (not into) the current round, the last message holding tool results; or, when
+    the person wrote after it, up to (not into) their latest message: all before it is finished turns, whose
+    results and files are old. (A chat that never ran a tool could otherwise never elide its old screenshots.)"""
+    last = 0
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "user" and _has_results(messages[index]):
-            return index
-    return 0
+            last = index
+            break
+    return max(last, _latest_words(messages))
 
 
 @dataclass(frozen=True)

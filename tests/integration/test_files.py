@@ -270,3 +270,20 @@ def test_a_turn_drained_mid_stream_is_resent_with_the_same_bytes_by_another_work
     assert result.status == "completed" and result.reply == "Seen."
     first, resent = received_for(files_stack, DRAINED)
     assert first == EXPECTED and resent == first
+
+
+def test_a_chat_without_tools_elides_its_old_screenshots_and_keeps_the_latest(files_stack):
+    """Three turns of one tool-less chat, each with a 1000x1000 screenshot (1,333 tokens as Anthropic counts it)
+    under a 3,000-token context budget: the second request still carries both, the third elides the finished
+    turns' screenshots and keeps the person's latest (a cut that stopped at the last tool round never moved here)."""
+    queue = f"{files_stack.queue}-small"
+    files_stack.worker("w-small", concurrency=1, BATON_QUEUE=queue, BATON_CONTEXT_TOKENS="3000")
+    c = files_stack.client(BATON_QUEUE=queue)
+    shots = [png(1000, 1000, seed) for seed in (1, 2, 3)]
+    for n, shot in enumerate(shots):
+        sent = c.send_message("no-tools-shots", f"screen {n}", files=[Attachment(shot, "image/png")])
+        assert c.wait(sent, timeout=60).status == "completed"
+    images = [[f["sha256"] for f in got if f["type"] == "image"]
+              for body, got in zip(files_stack.fake_api.requests, files_stack.fake_api.files_received(), strict=True)
+              if first_user_text(body).startswith("screen 0")]
+    assert images == [[sha(shots[0])], [sha(shots[0]), sha(shots[1])], [sha(shots[2])]]

@@ -70,14 +70,21 @@ def test_elision_keeps_every_pair_and_never_touches_people_or_the_current_round(
     assert elide(out, max_cut(out)) == out
 
 
-def test_max_cut_stops_before_the_last_results():
-    """The cut may reach the latest tool results but never include them; without results there is nothing to cut."""
+def test_max_cut_stops_before_the_current_round_or_the_persons_latest_message():
+    """The cut may reach the latest tool results but never include them; once the person has written again, it
+    may reach (not include) that message: the finished turns before it are old, results and files alike."""
     messages = run_messages(3)
     assert max_cut(messages) == len(messages) - 1
     assert max_cut(messages[:1]) == 0
     chat = [*messages, {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
             {"role": "user", "content": [{"type": "text", "text": "next question"}]}]
-    assert max_cut(chat) == len(messages) - 1
+    assert max_cut(chat) == len(chat) - 1
+    shots = [{"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image", "source": {}}]},
+             {"role": "assistant", "content": [{"type": "text", "text": "seen"}]},
+             {"role": "user", "content": [{"type": "text", "text": "and this?"}, {"type": "image", "source": {}}]}]
+    assert max_cut(shots) == 2  # a chat without tools: the first screenshot may go, the latest stays
+    assert [b["type"] for b in elide(shots, 2)[0]["content"]] == ["text", "text"]
+    assert [b["type"] for b in elide(shots, 2)[2]["content"]] == ["text", "image"]
 
 
 def test_choose_cut_keeps_the_cut_while_it_fits_then_elides_oldest_first_to_the_watermark():
