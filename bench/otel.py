@@ -2,8 +2,10 @@
 worker without the `OTEL_*` variables and on one exporting to a local OTLP/HTTP receiver (batch exporter), same run.
 
 The two workers serve a queue each and the turns alternate between them, so machine noise hits both alike; a turn
-is timed from `send_message` to `wait` returning it completed. Also timed: the core's hooks with tracing off (the
-no-op facade), per turn's worth of calls, in this process.
+is timed from `send_message` to `wait` returning it completed. The traced worker's batch exporter sends every
+second (`OTEL_BSP_SCHEDULE_DELAY=1000`; the SDK's default, 5 s, would send nothing during a phase of a few seconds),
+so its exports run among the timed turns, and each phase ends only once every one of its turns' spans has arrived.
+Also timed: the core's hooks with tracing off (the no-op facade), per turn's worth of calls, in this process.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from bench._common import Row, Stack, fmt, judge, median, print_rows
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.otlp_receiver import OtlpReceiver
 
-N = 60
+N = 80
 WARMUP = 5
+PHASES = 4
 
 
 def replies(n: int) -> Script:
@@ -49,7 +52,9 @@ def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[li
     with Stack("otel", handler=handler) as stack:
         queues = (stack.queue, f"{stack.queue}-2")
         for name, queue, on in zip(("one", "two"), queues, traced, strict=True):
-            stack.worker(name, concurrency=2, BATON_QUEUE=queue, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url if on else "")
+            stack.worker(name, concurrency=2, BATON_QUEUE=queue, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url if on else "",
+                         OTEL_BSP_SCHEDULE_DELAY="1000")
+        before = len(receiver.spans("invoke_agent"))
         clients = [stack.client(BATON_QUEUE=queue) for queue in queues]
         prefix = f"otel{uuid.uuid4().hex[:6]}"
 
@@ -69,37 +74,39 @@ def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[li
         for i in range(n):
             for k in ((0, 1) if i % 2 else (1, 0)):  # which goes first alternates too
                 out[k].append(turn(k, i))
+        if any(traced):  # the exports happened while the worker lived, or the figure would not count them
+            expected = before + n + WARMUP
+            if not receiver.wait_for(lambda: len(receiver.spans("invoke_agent")) >= expected, 15):
+                raise RuntimeError(f"{len(receiver.spans('invoke_agent')) - before} of {n + WARMUP} turns' spans "
+                                   "arrived at the receiver")
         return out
 
 
-def main(n: int = N, *, traced: bool = True) -> list[Row]:
-    """Two phases, the traced worker swapped between them, so a bias between the two workers of a phase (the A/A
-    run, `--aa`, reads it: both untraced) falls on both sides. `traced=False`: neither worker exports."""
+def main(n: int = N, *, traced: bool = True, phases: int = PHASES) -> list[Row]:
+    """`phases` phases, the traced worker swapped between each, so a bias between the two workers of a phase (the
+    A/A run, `--aa`, reads it: both untraced) falls on both sides as often. `traced=False`: neither exports."""
     receiver = OtlpReceiver().start()
     try:
-        first = phase(receiver, n, (False, traced))
-        second = phase(receiver, n, (traced, False))
-        if traced:
-            receiver.wait_for(lambda: len(receiver.spans("invoke_agent")) >= 2 * (n + WARMUP), 10)
+        runs = [phase(receiver, n, (False, traced) if p % 2 == 0 else (traced, False)) for p in range(phases)]
         exported = len(receiver.spans())
     finally:
         receiver.stop()
-    off, on = first[0] + second[1], first[1] + second[0]
-    slots = [median(first[0]) * 1000, median(first[1]) * 1000, median(second[0]) * 1000, median(second[1]) * 1000]
     # Each phase's on ÷ off, averaged: a machine whose speed drifts between phases would otherwise make a bimodal
     # pool whose medians compare nothing.
-    ratios = [slots[1] / slots[0], slots[2] / slots[3]]
-    overhead = (sum(ratios) / 2 - 1) * 100
-    off_ms, on_ms = (slots[0] + slots[3]) / 2, (slots[1] + slots[2]) / 2
+    on_ms = [median(run[1 if p % 2 == 0 else 0]) * 1000 for p, run in enumerate(runs)]
+    off_ms = [median(run[0 if p % 2 == 0 else 1]) * 1000 for p, run in enumerate(runs)]
+    ratios = [on / off for on, off in zip(on_ms, off_ms, strict=True)]
+    overhead = (sum(ratios) / len(ratios) - 1) * 100
+    spread = f"phases {(min(ratios) - 1) * 100:+.1f} to {(max(ratios) - 1) * 100:+.1f}"
     hooks = hooks_off_ns()
-    print(f"  off p50 {fmt(off_ms)} ms (min {fmt(min(off) * 1000)}); on p50 {fmt(on_ms)} ms "
-          f"(min {fmt(min(on) * 1000)}); {exported} spans received; hooks off {hooks:.0f} ns a turn", flush=True)
-    print(f"  p50 by phase (ms): phase 1 off={fmt(slots[0])} on={fmt(slots[1])} ({fmt((ratios[0] - 1) * 100)} %); "
-          f"phase 2 on={fmt(slots[2])} off={fmt(slots[3])} ({fmt((ratios[1] - 1) * 100)} %)", flush=True)
+    print(f"  off p50 {fmt(median(off_ms))} ms; on p50 {fmt(median(on_ms))} ms; {exported} spans received; "
+          f"hooks off {hooks:.0f} ns a turn", flush=True)
+    print("  on vs off by phase: " + ", ".join(f"{(r - 1) * 100:+.2f} %" for r in ratios), flush=True)
     return [
-        Row("turn latency, tracing off (p50, mean of the phases)", off_ms, "ms", "—", "info"),
-        Row("turn latency, tracing on, batch OTLP/HTTP (p50, mean of the phases)", on_ms, "ms", "—", "info"),
-        Row("tracing on vs off (mean of the phases' ratios)", overhead, "%", "≤ 3%", judge(overhead, at_most=3.0)),
+        Row("turn latency, tracing off (p50, median of the phases)", median(off_ms), "ms", "—", "info"),
+        Row("turn latency, tracing on, batch OTLP/HTTP (p50, median of the phases)", median(on_ms), "ms", "—", "info"),
+        Row(f"tracing on vs off (mean of {phases} phases' ratios)", overhead, "%", "≤ 3%",
+            f"{judge(overhead, at_most=3.0)} ({spread})"),
         Row("the core's hooks with tracing off, per turn", hooks / 1000, "µs", "—", "info"),
     ]
 

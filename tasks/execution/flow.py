@@ -124,7 +124,8 @@ class Execution(Seeding, RateWaiting):
             # another worker, rather than start it only to interrupt it again and count that against the unit.
             lease.release()
             return Outcome("defer", "this worker is draining", DRAINING_DEFER_SECONDS)
-        with traced(self.client, unit, rec, taken.record) as span:  # `invoke_agent AGENT`, when tracing
+        self.fence = Fence(self.client, lease.key, lease.token)
+        with traced(self.client, self.fence, unit, rec, taken.record) as span:  # `invoke_agent AGENT`, if tracing
             return span.ended(self._guarded(rec, loaded, lease), rec)
 
     def _note_replication(self) -> None:
@@ -192,7 +193,6 @@ class Execution(Seeding, RateWaiting):
     def _guarded(self, rec: UnitRecord, loaded: Loaded, lease: Lease) -> Outcome:
         """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
         unit, client = self.unit, self.client
-        self.fence = Fence(client, lease.key, lease.token)
         self.lease_token = lease.token  # the budgets' reservations are held under it (tasks/store/budgets.py)
         watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel

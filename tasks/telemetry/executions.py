@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import redis
 
     from tasks.execution.settling import Outcome, Unit
+    from tasks.store.fenced import Fence
     from tasks.store.records import UnitRecord
 
 
@@ -45,11 +46,12 @@ _NO_SPAN = _NoSpan()
 
 
 def traced(
-    client: redis.Redis, unit: Unit, rec: UnitRecord, record: dict[bytes | str, bytes | str]
+    client: redis.Redis, fence: Fence, unit: Unit, rec: UnitRecord, record: dict[bytes | str, bytes | str]
 ) -> ExecutionSpan:
-    """The span of the execution about to run `unit` (`record`: its record's hash as taken, for the `otel` mark)."""
+    """The span of the execution about to run `unit` (`record`: its record's hash as taken, for the `otel` mark;
+    `fence`: the execution's, whose next write carries the mark)."""
     if not switch.on():
         return _NO_SPAN
     from tasks.telemetry.execution_span import OtelExecution
 
-    return OtelExecution(client, unit, rec, record, time.time())
+    return OtelExecution(client, fence, unit, rec, record, time.time())
