@@ -13,12 +13,15 @@ from __future__ import annotations
 import time
 import uuid
 
+import psutil
+
 from agent.messages import ToolUseBlock
 from agent.provider.base import ProviderRequest
 from agent.telemetry import telemetry
 from bench._common import Row, Stack, fmt, judge, median, print_rows
 from tests.support.fake_anthropic import Script, text, tool_call
 from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.processes import Worker
 
 N = 80
 WARMUP = 5
@@ -45,15 +48,28 @@ def hooks_off_ns(rounds: int = 200_000) -> float:
     return (time.perf_counter_ns() - started) / rounds
 
 
-def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[list[float], list[float]]:
-    """Turns alternating between two workers (each on its queue; `traced` says which exports), as (first's,
-    second's) latencies in seconds."""
+def cpu_seconds(worker: Worker) -> float:
+    """CPU time of a worker's process tree so far (main process and pool children, every thread)."""
+    assert worker.proc is not None
+    root = psutil.Process(worker.proc.pid)
+    return sum(p.cpu_times().user + p.cpu_times().system for p in [root, *root.children()])
+
+
+Phase = tuple[tuple[list[float], list[float]], tuple[float, float]]
+
+
+def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> Phase:
+    """Turns alternating between two workers (each on its queue; `traced` says which exports): the (first's,
+    second's) latencies in seconds, and each worker's CPU seconds over its turns (export included: the phase
+    waits for the spans before it reads them)."""
     handler = replies(2 * (n + WARMUP) + 4)
     with Stack("otel", handler=handler) as stack:
         queues = (stack.queue, f"{stack.queue}-2")
-        for name, queue, on in zip(("one", "two"), queues, traced, strict=True):
+        workers = [
             stack.worker(name, concurrency=2, BATON_QUEUE=queue, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url if on else "",
                          OTEL_BSP_SCHEDULE_DELAY="1000")
+            for name, queue, on in zip(("one", "two"), queues, traced, strict=True)
+        ]
         before = len(receiver.spans("invoke_agent"))
         clients = [stack.client(BATON_QUEUE=queue) for queue in queues]
         prefix = f"otel{uuid.uuid4().hex[:6]}"
@@ -71,6 +87,7 @@ def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[li
             turn(0, -1 - i)
             turn(1, -1 - i)
         out: tuple[list[float], list[float]] = ([], [])
+        cpu = [cpu_seconds(w) for w in workers]
         for i in range(n):
             for k in ((0, 1) if i % 2 else (1, 0)):  # which goes first alternates too
                 out[k].append(turn(k, i))
@@ -79,7 +96,8 @@ def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> tuple[li
             if not receiver.wait_for(lambda: len(receiver.spans("invoke_agent")) >= expected, 15):
                 raise RuntimeError(f"{len(receiver.spans('invoke_agent')) - before} of {n + WARMUP} turns' spans "
                                    "arrived at the receiver")
-        return out
+        used = (cpu_seconds(workers[0]) - cpu[0], cpu_seconds(workers[1]) - cpu[1])
+        return out, used
 
 
 def main(n: int = N, *, traced: bool = True, phases: int = PHASES) -> list[Row]:
@@ -87,10 +105,13 @@ def main(n: int = N, *, traced: bool = True, phases: int = PHASES) -> list[Row]:
     A/A run, `--aa`, reads it: both untraced) falls on both sides as often. `traced=False`: neither exports."""
     receiver = OtlpReceiver().start()
     try:
-        runs = [phase(receiver, n, (False, traced) if p % 2 == 0 else (traced, False)) for p in range(phases)]
+        results = [phase(receiver, n, (False, traced) if p % 2 == 0 else (traced, False)) for p in range(phases)]
         exported = len(receiver.spans())
     finally:
         receiver.stop()
+    runs = [latencies for latencies, _ in results]
+    on_cpu = sum(used[1 if p % 2 == 0 else 0] for p, (_, used) in enumerate(results)) / (phases * n) * 1000
+    off_cpu = sum(used[0 if p % 2 == 0 else 1] for p, (_, used) in enumerate(results)) / (phases * n) * 1000
     # Each phase's on ÷ off, averaged: a machine whose speed drifts between phases would otherwise make a bimodal
     # pool whose medians compare nothing.
     on_ms = [median(run[1 if p % 2 == 0 else 0]) * 1000 for p, run in enumerate(runs)]
@@ -107,6 +128,9 @@ def main(n: int = N, *, traced: bool = True, phases: int = PHASES) -> list[Row]:
         Row("turn latency, tracing on, batch OTLP/HTTP (p50, median of the phases)", median(on_ms), "ms", "—", "info"),
         Row(f"tracing on vs off (mean of {phases} phases' ratios)", overhead, "%", "≤ 3%",
             f"{judge(overhead, at_most=3.0)} ({spread})"),
+        Row("worker CPU per turn, tracing off (every process and thread)", off_cpu, "ms", "—", "info"),
+        Row("worker CPU per turn, tracing on (spans, metrics, export)", on_cpu, "ms", "—",
+            f"info ({(on_cpu / off_cpu - 1) * 100:+.1f} %)"),
         Row("the core's hooks with tracing off, per turn", hooks / 1000, "µs", "—", "info"),
     ]
 

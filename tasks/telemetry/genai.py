@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, TypeVar
 
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from agent.errors import Cancelled
@@ -60,8 +60,13 @@ def error_type(err: BaseException) -> str:
 
 
 class _AttemptSpan:
+    """`chat MODEL`: its attributes gathered while the attempt runs, the span made once it ends (with the attempt's
+    start time), in one call: nothing runs under an attempt's span, and setting attributes one by one on a live span
+    cost a traced turn a third of its tracing (bench/otel.py)."""
+
     def __init__(self, owner: GenAiTelemetry, provider: Provider, request: ProviderRequest, number: int) -> None:
         self._owner = owner
+        self._name = f"chat {request.model}"
         self._metric = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider_name(provider),
@@ -75,38 +80,45 @@ class _AttemptSpan:
             attributes["gen_ai.input.messages"] = input_messages(request.messages)
             if request.system:
                 attributes["gen_ai.system_instructions"] = system_instructions(request.system)
-        self._span = owner.tracer.start_span(f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attributes)
+        self._attributes = attributes
+        self._parent = context.get_current()
+        self._start_ns = time.time_ns()
         self._started = time.monotonic()
 
     def __enter__(self) -> _AttemptSpan:
         return self
 
     def answered(self, answer: Answer) -> Answer:
-        span = self._span
-        span.set_attributes(usage_attributes(answer.usage))
+        attributes = self._attributes
+        attributes.update(usage_attributes(answer.usage))
         if answer.stop_reason:
-            span.set_attribute("gen_ai.response.finish_reasons", [answer.stop_reason])
-        span.set_attribute("baton.discarded", False)
+            attributes["gen_ai.response.finish_reasons"] = [answer.stop_reason]
+        attributes["baton.discarded"] = False
         if self._owner.content:
-            span.set_attribute("gen_ai.output.messages", output_messages(answer))
+            attributes["gen_ai.output.messages"] = output_messages(answer)
         self._tokens(answer.usage, {})
         return answer
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
         extra: dict[str, str] = {}
+        status: Status | None = None
         if err is not None:
             why = error_type(err)
             extra = {"error.type": why}
             usage = getattr(err, "usage", None)
-            self._span.set_attributes({"error.type": why, "baton.discarded": True})
+            self._attributes.update({"error.type": why, "baton.discarded": True})
             if isinstance(usage, TokenUsage):
-                self._span.set_attributes(usage_attributes(usage))
+                self._attributes.update(usage_attributes(usage))
                 self._tokens(usage, extra)
             # The description is the class only: an SDK's message may quote a request, never put in a span.
-            self._span.set_status(Status(StatusCode.ERROR, why))
+            status = Status(StatusCode.ERROR, why)
             self._owner.instruments.discarded.add(1, {**self._metric, **extra})
         self._owner.instruments.duration.record(time.monotonic() - self._started, {**self._metric, **extra})
-        self._span.end()
+        span = self._owner.tracer.start_span(self._name, context=self._parent, kind=SpanKind.CLIENT,
+                                             attributes=self._attributes, start_time=self._start_ns)
+        if status is not None:
+            span.set_status(status)
+        span.end()
 
     def _tokens(self, usage: TokenUsage, extra: dict[str, str]) -> None:
         counted = usage_attributes(usage)
@@ -116,8 +128,12 @@ class _AttemptSpan:
 
 
 class _ToolSpan:
+    """`execute_tool TOOL`, made once the call ends, as `chat MODEL` is (nothing runs under it: a tool runs on a
+    thread of its own, outside the execution's context)."""
+
     def __init__(self, owner: GenAiTelemetry, call: ToolUseBlock, tool: Tool | None) -> None:
         self._owner = owner
+        self._name = f"execute_tool {call.name}"
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -129,31 +145,38 @@ class _ToolSpan:
             attributes["baton.server"] = tool.server
         if owner.content:
             attributes["gen_ai.tool.call.arguments"] = json.dumps(call.input, ensure_ascii=False)
-        self._span = owner.tracer.start_span(f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        self._attributes = attributes
+        self._status: Status | None = None
+        self._parent = context.get_current()
+        self._start_ns = time.time_ns()
 
     def __enter__(self) -> _ToolSpan:
         return self
 
     def ran(self, outcome: T) -> T:
-        span = self._span
+        attributes = self._attributes
         if isinstance(outcome, ToolOutcome):
-            span.set_attribute("baton.tool.status", "error" if outcome.is_error else "ok")
+            attributes["baton.tool.status"] = "error" if outcome.is_error else "ok"
             if outcome.is_error:
-                span.set_attribute("error.type", "tool_error")
-                span.set_status(Status(StatusCode.ERROR, "tool_error"))
+                attributes["error.type"] = "tool_error"
+                self._status = Status(StatusCode.ERROR, "tool_error")
             if self._owner.content:
-                span.set_attribute("gen_ai.tool.call.result", result_text(outcome.content))
+                attributes["gen_ai.tool.call.result"] = result_text(outcome.content)
         else:  # withdrawn before it began, or abandoned after the grace (stop or drain)
-            status = "abandoned" if outcome is None else "withdrawn"
-            span.set_attributes({"baton.tool.status": status, "error.type": "cancelled"})
-            span.set_status(Status(StatusCode.ERROR, "cancelled"))
+            attributes["baton.tool.status"] = "abandoned" if outcome is None else "withdrawn"
+            attributes["error.type"] = "cancelled"
+            self._status = Status(StatusCode.ERROR, "cancelled")
         return outcome
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
         if err is not None:
-            self._span.set_attribute("error.type", type(err).__qualname__)
-            self._span.set_status(Status(StatusCode.ERROR, type(err).__qualname__))
-        self._span.end()
+            self._attributes["error.type"] = type(err).__qualname__
+            self._status = Status(StatusCode.ERROR, type(err).__qualname__)
+        span = self._owner.tracer.start_span(self._name, context=self._parent, kind=SpanKind.INTERNAL,
+                                             attributes=self._attributes, start_time=self._start_ns)
+        if self._status is not None:
+            span.set_status(self._status)
+        span.end()
 
 
 class GenAiTelemetry:
