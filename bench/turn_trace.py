@@ -31,7 +31,7 @@ from bench.naive_loop import PROMPT, NaiveWorker, one_tool_round
 
 TURNS = 10
 IDLE_SECONDS = 3.0
-PIPELINED_US = 40  # commands of one client this close together were sent as one pipeline
+PIPELINED_US = 40  # commands of one client this close together (after a script's last) were sent as one pipeline
 _LINE = re.compile(r'^(?P<ts>[\d.]+) \[\d+ (?P<addr>[^\]]+)\] (?P<cmd>.*)$')
 
 
@@ -41,6 +41,7 @@ class Command:
     addr: str
     text: str
     inner: list[str]  # what a Lua script ran, as MONITOR showed it
+    end: float = 0.0  # when the last command it ran was logged (a script's run is not the client's wait)
 
 
 @dataclass
@@ -106,6 +107,8 @@ def classify(role: str, trip: Trip) -> str:
         return "result backend: " + ("STARTED" if "STARTED" in t else "SUCCESS" if "SUCCESS" in t else "other")
     if first.startswith('"EVALSHA"') and '"NX"' in inner and "HGETALL" in inner:
         return "execution: take (record, queue head, lease, flags, transcript)"
+    if ":{budgets}:" in t or ":{rate:" in t:
+        return "preflight: budget reservation and rate gate (one pipeline)"
     if first.startswith('"EVALSHA"') and trip.inner:
         if "LREM" in inner:
             return "fenced: settle"
@@ -139,7 +142,7 @@ def group(commands: list[Command]) -> list[Trip]:
     for c in commands:
         current = open_trip.get(c.addr)
         same = current is not None and (
-            c.addr in in_multi or (c.ts - current.commands[-1].ts) * 1e6 <= PIPELINED_US
+            c.addr in in_multi or (c.ts - max(current.commands[-1].ts, current.commands[-1].end)) * 1e6 <= PIPELINED_US
         )
         if same and current is not None:
             current.commands.append(c)
@@ -236,6 +239,7 @@ def main(turns: int = TURNS) -> list[Row]:
         if m["addr"] == "lua":
             if into:
                 into[-1].inner.append(m["cmd"])
+                into[-1].end = float(m["ts"])
             continue
         if '"ECHO"' in m["cmd"]:
             into = (idle if "IDLE-START" in m["cmd"] else busy_cmds if "TURNS-START" in m["cmd"]

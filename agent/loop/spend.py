@@ -64,11 +64,13 @@ class Spend(Protocol):
 
     def reserve(self, worst: Charge) -> str:
         """Hold `worst` against every budget of the unit; returns the reservation's id ("" when no budget applies
-        and nothing is held). Raises `BudgetExceeded` naming the first scope it would pass."""
+        and nothing is held). Raises `BudgetExceeded` naming the first scope it would pass, here or, for a spend
+        that defers its reservation to the rate gate's round trip, before the gate admits the attempt."""
         ...
 
-    def settle(self, reservation: str, actual: Charge) -> None:
-        """Replace a reservation by what the attempt cost (once: a settled or swept reservation stays as it is)."""
+    def settle(self, reservation: str, actual: Charge) -> bool:
+        """Replace a reservation by what the attempt cost (once: a settled or swept reservation stays as it is).
+        Returns whether a budget held it (False: none applied, or it was never made)."""
         ...
 
 
@@ -104,8 +106,7 @@ class MeteredAttempt:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._meter.spend.settle(self._reservation, self.actual(exc))
-        if self._reservation:  # "": no budget held it
+        if self._meter.spend.settle(self._reservation, self.actual(exc)):
             self._meter.settled.append(self._reservation)
 
     def actual(self, exc: BaseException | None) -> Charge:

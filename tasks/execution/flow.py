@@ -29,7 +29,7 @@ from agent.messages import (
     user_text,
 )
 from agent.messages.media import FileBlock
-from agent.provider.rate_gate import RateLimited
+from agent.provider.rate_gate import LimitedProvider, RateLimited
 from agent.provider.replay import RequestFailed
 from agent.tools import Tool
 from config.settings import Settings
@@ -316,11 +316,12 @@ class Execution(Seeding, RateWaiting):
         else:
             self.run_servers = wiring.run_servers(settings, rec.workspace or ".", agent)
             tools = wiring.run_tools(settings, rec.workspace or ".", self.run_servers, agent)
+        provider = wiring.build_provider(settings, self.client, agent)
         try:
             run_loop(
                 history,
                 state,
-                provider=wiring.build_provider(settings, self.client, agent),
+                provider=provider,
                 tools=tools,
                 edge=journal,
                 cancel=self.cancel,
@@ -328,7 +329,12 @@ class Execution(Seeding, RateWaiting):
                 live=self.live,
                 files=StoredFiles(self.client, unit.owner_id),
                 spend=RedisSpend(
-                    self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent), self.lease_token
+                    self.client,
+                    unit.owner_id,
+                    unit_scopes(unit.owner_id, rec.user, rec.agent),
+                    self.lease_token,
+                    # behind the fleet's rate gate, each reservation goes in its admission's round trip
+                    deferred=isinstance(provider, LimitedProvider),
                 ),
             )
         except Cancelled as stop:

@@ -37,6 +37,7 @@ import redis
 from agent.loop.spend import BudgetExceeded, Charge
 from tasks.store import budget_rules, keys
 from tasks.store.fenced import registered
+from tasks.store.preflight import PREFLIGHT, Deferred
 from tasks.store.replies import text
 
 # `load` reads a budget in one HMGET and rolls its window over (spent back to 0) when its period's current window is
@@ -180,9 +181,14 @@ NOTHING_HELD = ""  # the id of a reservation no budget held: nothing to settle
 
 
 class RedisSpend:
-    """A unit's budgets for one execution: the `Spend` the loop reserves from and settles to."""
+    """A unit's budgets for one execution: the `Spend` the loop reserves from and settles to.
 
-    def __init__(self, client: redis.Redis, owner_id: str, scopes: list[str], holder: str) -> None:
+    `deferred`: the provider is behind the fleet's rate gate, whose admission comes next with nothing between; the
+    reservation then goes in the admission's round trip (tasks/store/preflight.py), not in one of its own."""
+
+    def __init__(
+        self, client: redis.Redis, owner_id: str, scopes: list[str], holder: str, *, deferred: bool = False
+    ) -> None:
         """`holder`: the execution's lease token. An entry held under another token is an orphan: its execution
         lost the lease (it is gone, or will write nothing more), so its reservation is settled at the worst case."""
         self.execution = secrets.token_hex(8)  # reservation ids: unique, and free of the lease token
@@ -194,17 +200,32 @@ class RedisSpend:
         self._reserve = registered(client, RESERVE)
         self._settle = registered(client, SETTLE)
         self._count = itertools.count(1)
+        self._deferred = deferred
+        self._waiting: dict[str, Deferred] = {}  # deferred reservations not answered yet
+        self._holding: set[str] = set()  # reservations a budget holds, to settle
 
     def reserve(self, worst: Charge) -> str:
-        """Hold `worst` on every budget of the unit, or raise `BudgetExceeded` naming the one it would pass."""
+        """Hold `worst` on every budget of the unit, or raise `BudgetExceeded` naming the one it would pass (when
+        deferred: in the rate gate's round trip, before anything is sent)."""
         rid = f"{self.execution}:{next(self._count)}"
         now = now_utc()
         day, month = budget_rules.windows(now)
-        reply = self._reserve(keys=self._keys, args=[rid, self._holder, worst.tokens, worst.nanos, day, month])
-        if int(reply[0]) == 1:
+        args: list[Any] = [rid, self._holder, worst.tokens, worst.nanos, day, month]
+        if self._deferred:
+            call = Deferred(self._reserve, self._keys, args, lambda reply: self._answered(rid, worst, now, reply))
+            self._waiting[rid] = call
+            PREFLIGHT.defer(call)
             return rid
+        self._answered(rid, worst, now, self._reserve(keys=self._keys, args=args))
+        return rid if rid in self._holding else NOTHING_HELD
+
+    def _answered(self, rid: str, worst: Charge, now: datetime, reply: Any) -> None:
+        self._waiting.pop(rid, None)
+        if int(reply[0]) == 1:
+            self._holding.add(rid)
+            return
         if int(reply[0]) == 2:
-            return NOTHING_HELD
+            return  # no budget applies: nothing held, nothing to settle
         index, unit, spent, reserved, limit, period = reply[1:7]
         scope = self._scopes[int(index) - 1]
         asked = worst.tokens if text(unit) == "tokens" else worst.nanos
@@ -213,12 +234,18 @@ class RedisSpend:
         )
         raise BudgetExceeded(message, scope=scope)
 
-    def settle(self, reservation: str, actual: Charge) -> None:
-        if reservation == NOTHING_HELD:
-            return  # no budget applied when it was reserved: one command per attempt, not two
+    def settle(self, reservation: str, actual: Charge) -> bool:
+        """Settle `reservation` to `actual`; False when nothing held it (no budget applied, or it never went)."""
+        waiting = self._waiting.pop(reservation, None)
+        if waiting is not None and PREFLIGHT.withdraw(waiting):
+            return False  # the attempt ended before its gate asked: never reserved
+        if reservation not in self._holding:
+            return False  # no budget applied when it was reserved: one command per attempt, not two
+        self._holding.discard(reservation)
         day, month = budget_rules.windows(now_utc())
         args: list[str | int] = [reservation, actual.tokens, actual.nanos, day, month]
         self._settle(keys=[self._held, keys.BUDGET_HOLDERS], args=args)
+        return True
 
 
 def release_lost(client: redis.Redis, owner_id: str) -> int:

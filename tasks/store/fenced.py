@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
@@ -98,6 +99,32 @@ def run_script(script: Script, keys: list[str], args: list[Any], client: Any) ->
     if isinstance(client, ClusterPipeline):
         return client.execute_command("EVAL", script.script, len(keys), *keys, *args)
     return script(keys=keys, args=args, client=client)
+
+
+def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+    """Run several scripts, each on its own keys (slots), in one round trip; their replies in order (an error reply
+    raised). Not `run_script` on a pipeline: redis-py's pipeline asks SCRIPT EXISTS before every execute, a round
+    trip of its own. EVALSHA goes as a plain command, and a script the server lacks (NOSCRIPT: a restarted server)
+    is then run on its own, which loads it; it never ran, so running it now runs it once."""
+    if len(calls) == 1:
+        script, keys, args = calls[0]
+        return [script(keys=keys, args=args)]
+    pipe = client.pipeline(transaction=False)
+    cluster = isinstance(pipe, ClusterPipeline)
+    for script, keys, args in calls:
+        if cluster:
+            pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+        else:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    replies = pipe.execute(raise_on_error=False)
+    out: list[Any] = []
+    for (script, keys, args), reply in zip(calls, replies, strict=True):
+        if isinstance(reply, NoScriptError):
+            reply = script(keys=keys, args=args)
+        elif isinstance(reply, Exception):
+            raise reply
+        out.append(reply)
+    return out
 
 
 def fill(name: str) -> str:

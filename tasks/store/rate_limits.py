@@ -27,10 +27,12 @@ from collections.abc import Mapping
 import redis
 
 from agent.agents.rate_limits import WINDOW_SECONDS, RateLimits
+from agent.loop.spend import BudgetExceeded
 from agent.provider.rate_gate import Admission
 from agent.provider.rate_headers import read_headers
 from tasks.store import keys
 from tasks.store.fenced import registered
+from tasks.store.preflight import PREFLIGHT
 
 log = logging.getLogger("baton.provider")
 
@@ -165,7 +167,13 @@ class RedisGate:
         state, entries = self._keys(model)
         args: list[int | str] = [*(limits.as_args() if limits is not None else [0, 0, 0]), input_tokens,
                                  output_tokens, reservation, self._window_ms]
-        reply = self._admit(keys=[state, entries], args=args)
+        try:
+            # With the attempt's budget reservation, when one waits on this thread: one round trip for both.
+            reply = PREFLIGHT.run(self._client, self._admit, [state, entries], args)
+        except BudgetExceeded:
+            if limits is not None and limits.output_tokens_per_minute is not None:
+                self.settle(model, reservation, 0)  # admitted or not, nothing goes: its output tokens back
+            raise
         if int(reply[0]) == 1:
             return Admission(True)
         why = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])

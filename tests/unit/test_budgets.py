@@ -247,9 +247,10 @@ class MemorySpend:
         self.reserved.append(worst)
         return f"r{len(self.reserved)}"
 
-    def settle(self, reservation: str, actual: Charge) -> None:
+    def settle(self, reservation: str, actual: Charge) -> bool:
         assert reservation not in self.settled
         self.settled[reservation] = actual
+        return True
 
 
 def _run(kit: Kit, script: list[ScriptedReply], spend: MemorySpend, edge: MemoryEdge | None = None) -> LoopState:
@@ -307,8 +308,9 @@ def test_an_attempt_the_rate_gate_sent_back_to_the_queue_costs_nothing() -> None
         def reserve(self, worst: Charge) -> str:
             return "r1"
 
-        def settle(self, reservation: str, actual: Charge) -> None:
+        def settle(self, reservation: str, actual: Charge) -> bool:
             settled.append((reservation, actual))
+            return True
 
     meter = Meter(Held(), Charge(5000, 9000), None)
     with pytest.raises(RateLimited), meter.attempt():
