@@ -29,6 +29,7 @@ from tasks.client_core import (
     Kind,
     NotFound,
     OnBusy,
+    SettledTails,
     ValidationError,
 )
 from tasks.publisher import Publisher
@@ -44,6 +45,7 @@ from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 from tasks.store.xread import xread
+from tasks.waiting import wait_settled
 
 __all__ = [
     "BY_MAX",
@@ -85,6 +87,7 @@ class Client(Budgets):
         self._publisher = Publisher(self.settings)
         self._celery = self._publisher.celery
         self._enqueue = Enqueue(self.redis)
+        self._tails = SettledTails()
         self._agents = AgentPicker(lambda: self.redis, self.settings.agent_wait)
 
     def close(self) -> None:
@@ -139,6 +142,8 @@ class Client(Budgets):
                 self._send(parked)  # parked for approval, it holds no worker: it is started to stop
         if enqueued.inherited:  # the turn named no agent: it has the chat's, and goes to its queue
             new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
+        if enqueued.settled_tail is not None:
+            self._tails.note(owner, turn_id, enqueued.settled_tail)
         if enqueued.ahead == 0:
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads
@@ -190,25 +195,7 @@ class Client(Budgets):
         polling), or the timeout passes."""
         owner, unit = core.wait_target(ref)
         deadline = time.monotonic() + timeout
-        key = keys.settled(owner)
-        # One round trip; the signal's tail is read before the record, so no later ending or park is missed.
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xrevrange(key, count=1)
-        pipe.hgetall(keys.record(owner, unit))
-        raw_tail, raw_rec = pipe.execute()
-        tail = stream_entries(raw_tail)
-        last_id = tail[0][0] if tail else "0-0"
-        rec = UnitRecord.from_hash(raw_rec)  # the record is the truth; the signal only says when to read it
-        while True:
-            done = core.wait_over(rec, unit, timed_out=time.monotonic() >= deadline)
-            if done is not None:
-                return done
-            block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-            entries = read_entries(xread(self.redis, {key: last_id}, block=block_ms, count=100) or [])
-            if entries:
-                last_id = entries[-1][0]
-            if core.settled_news(entries, unit):
-                rec = load_record(self.redis, owner, unit)
+        return wait_settled(self.redis, owner, unit, deadline, self._tails.take(owner, unit))
 
     # -- either kind -----------------------------------------------------------------------------
 

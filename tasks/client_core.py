@@ -359,3 +359,21 @@ def owner_of(ident: str, kind: Kind | None, run_exists: bool | None) -> str:
     if kind is not None:
         return keys.owner(kind, ident)
     return keys.owner("run", ident) if run_exists else keys.owner("chat", ident)
+
+
+class SettledTails:
+    """The settled signal's last id when this client enqueued each turn, until it waits for it (a few thousand at
+    most: a turn nobody waits for is forgotten, oldest first)."""
+
+    KEPT = 4096
+
+    def __init__(self) -> None:
+        self._tails: dict[tuple[str, str], str] = {}
+
+    def note(self, owner: str, unit: str, tail: str) -> None:
+        if len(self._tails) >= self.KEPT:
+            self._tails.pop(next(iter(self._tails)), None)
+        self._tails[(owner, unit)] = tail
+
+    def take(self, owner: str, unit: str) -> str | None:
+        return self._tails.pop((owner, unit), None)

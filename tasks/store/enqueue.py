@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis
@@ -22,14 +22,15 @@ from tasks.store.replies import text
 
 OnBusy = Literal["enqueue", "interrupt", "reject"]
 
-# KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key, the chats' listing index.
+# KEYS: turn list, queue, round slot, events, PENDING, the new record, the chat's stop key, the chats' listing index,
+# the chat's settled signal.
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
 # the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, the
 # person's listing index key before and after its user's name (`deletion.user_parts`), then the new record's fields
 # and values.
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
-# the id of a parked head woken to stop ('' for none), and the chat's agent and queue (JSON) when the turn took
-# them (else false)}.
+# the id of a parked head woken to stop ('' for none), the chat's agent and queue (JSON) when the turn took
+# them (else false), and the settled signal's last id ('0-0': none yet)}.
 _ENQUEUE = """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
@@ -95,7 +96,9 @@ if mode == 'interrupt' and #busy > 0 then
     woken = busy[1]
   end
 end
-return {'queued', queued, woken, agent, agent_queue}
+-- Where a caller that waits for this turn reads the settled signal from: every ending or park of it comes after.
+local tail = redis.call('XREVRANGE', KEYS[9], '+', '-', 'COUNT', 1)
+return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0'}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -112,6 +115,8 @@ class Enqueued:
     inherited: bool = False  # the turn named no agent and took the chat's (below)
     agent: str | None = None  # the chat's agent, when it was inherited
     queue: str | None = None  # and its queue
+    # the chat's settled signal's last id when the turn was written (a read beside the write: not what it did)
+    settled_tail: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,7 @@ def enqueue_call(
             keys.record(owner_id, turn_id),
             keys.stop(owner_id),
             keys.by_last(owner_id),
+            keys.settled(owner_id),
         ],
         args=[
             keys.record(owner_id, ""),
@@ -169,10 +175,11 @@ def enqueued(reply: list[Any]) -> Enqueued:
     if what == "busy":
         return Enqueued(busy=text(reply[1]))
     ahead, woken = int(reply[1]) - 1, text(reply[2]) or None
+    tail = text(reply[5]) if len(reply) > 5 and reply[5] else None
     if len(reply) > 3 and reply[3]:
         agent, queue = json.loads(text(reply[3])), json.loads(text(reply[4]))
-        return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue)
-    return Enqueued(ahead=ahead, woken=woken)
+        return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue, settled_tail=tail)
+    return Enqueued(ahead=ahead, woken=woken, settled_tail=tail)
 
 
 SCRIPT = _ENQUEUE

@@ -316,3 +316,28 @@ def test_an_attempt_the_rate_gate_sent_back_to_the_queue_costs_nothing() -> None
     with pytest.raises(RateLimited), meter.attempt():
         raise RateLimited(30.0, "retry-after")
     assert settled == [("r1", Charge(0, 0))] and meter.settled == ["r1"]
+
+
+def test_a_deferred_reservation_goes_with_the_gates_admission_and_refuses_there(store):
+    """Behind the rate gate the reservation waits for the admission's round trip: a refusal raises from the
+    admission (before anything is sent), a hold is settled as any other, and one withdrawn before its gate asked
+    (the attempt stopped first) was never made: nothing held, nothing to settle."""
+    from tasks.store.rate_limits import RedisGate
+
+    gate = RedisGate(store, "anthropic|local|k")
+    budgets.set_budget(store, "chat:c1", None, 1_000, "total")
+    spend = budgets.RedisSpend(store, "chat:c1", ["chat:c1"], "lease-1", deferred=True)
+    rid = spend.reserve(Charge(600, 0))
+    assert budgets.read_budget(store, "chat:c1")["reserved_tokens"] == 0  # not sent yet
+    assert gate.admit("m", None, "a1", 0, 100).admitted
+    assert budgets.read_budget(store, "chat:c1")["reserved_tokens"] == 600
+    refused = spend.reserve(Charge(600, 0))
+    with pytest.raises(BudgetExceeded):
+        gate.admit("m", None, "a2", 0, 100)
+    assert spend.settle(refused, Charge(0, 0)) is False
+    assert spend.settle(rid, Charge(50, 0)) is True
+    withdrawn = spend.reserve(Charge(600, 0))
+    assert spend.settle(withdrawn, Charge(0, 0)) is False
+    assert gate.admit("m", None, "a3", 0, 100).admitted  # it does not go with a later admission either
+    assert budgets.read_budget(store, "chat:c1")["spent_tokens"] == 50
+    assert budgets.read_budget(store, "chat:c1")["reserved_tokens"] == 0

@@ -67,3 +67,54 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     assert types == ["turn.started", "text.delta", "turn.completed"]
     assert not store.exists(keys.journal(OWNER, "t1", 0), keys.lease(OWNER))
     assert store.zscore(keys.ACTIVE, OWNER) is None
+
+
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store, budgeted, monkeypatch):
+    """The fleet's rate gate admits every attempt right after the budgets reserve it: the two scripts (two slots)
+    go in one round trip, so a turn without tools is still three of the execution's own round trips (take, the
+    attempt's budgets and gate, the settle), with a budget that applies a fourth (its settlement). Counted on the
+    execution's thread: its commands and its pipelines, each pipeline one round trip."""
+    import threading
+
+    from agent.provider.rate_gate import LimitedProvider
+    from tasks.store import rate_limits
+    from tasks.store.rate_limits import RedisGate
+
+    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
+        store.script_load(script)
+    if budgeted:
+        budgets.set_budget(store, "all", None, 1_000_000, "month")
+    gated = LimitedProvider(ScriptedProvider([reply_text("hi")]), RedisGate(store, "anthropic|local|k"), limits=None,
+                            max_wait=5.0)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
+    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), "t1")
+    me = threading.get_ident()
+    trips: list[str] = []
+    command, pipeline = store.execute_command, store.pipeline
+
+    def counting(*args, **options):
+        if threading.get_ident() == me:
+            trips.append(str(args[0]))
+        return command(*args, **options)
+
+    def counted_pipeline(*args, **options):
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sent(*a, **k):
+            if threading.get_ident() == me:
+                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+            return execute(*a, **k)
+
+        pipe.execute = sent
+        return pipe
+
+    store.execute_command, store.pipeline = counting, counted_pipeline
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    assert outcome.action == "done" and outcome.reason == "completed"
+    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
+    if budgeted:
+        assert budgets.read_budget(store, "all")["reserved_tokens"] == 0  # settled: nothing left held
