@@ -3,15 +3,15 @@
 Both sides on the same private Redis (broker, backend and state) and the same fake Messages API over HTTP
 (keeping connections alive, as the real API does: a client that opened one per request would pay a TLS handshake
 per request in production, and the table counts the connections each side opens), each through its own real
-worker (concurrency 2, its own queue), each turn one tool round (`peek`, no I/O) and then an answer. The naive
-side calls `messages.create` without streaming, as a first version would; Baton streams (live text) and keeps
-every safeguard on: journal, ledger, lease and heartbeat, events, repair.
+worker (`-c 2 -l info`, its own queue), each turn one tool round (`peek`, no I/O) and then an answer. The naive
+loop is the one issue #41 describes, as a user would write it to show live text: the SDK's `messages.stream(...)`
+and `get_final_message()`, an `acks_late` task, the client cached per process. Baton streams too (live text) and
+keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair, budgets and the rate gate.
 
 - Latency: turns one at a time, the sides alternating so machine noise hits all alike; a fresh chat per
   turn; timed from send to the result in hand (Baton: `send_message` + `wait`; naive: `send_task` + `get`).
-- A second naive worker (NAIVE_STREAM=1) runs the same loop streaming with the SDK's `messages.stream`: what
-  streaming alone costs, since Baton streams every answer (live text). Reported for information; the goals
-  are against the non-streaming loop.
+- A second naive worker runs the same loop without streaming (`messages.create`), as a first version would:
+  reported for information (the goals are against the streaming loop).
 - Latency again with every model call taking 0.1 s (10 turns a side): the fixed costs next to a real model's time.
 - Throughput: 80 turns on distinct chats sent as fast as the client can, then all awaited; each side in turn,
   five rounds. Baton again with each chat's 4 turns sent back to back (20 chats), whose per-chat order is checked
@@ -81,16 +81,15 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         fake = stack.fake
         assert fake is not None
         naive_queue = f"{stack.queue}-naive"
-        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue},
-                                   stack.tmp, concurrency=2)
+        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue,
+                                            "NAIVE_STREAM": "1"}, stack.tmp, concurrency=2)
         stack.workers.append(naive_worker)
         naive_worker.start(timeout=60)
-        stream_queue = f"{stack.queue}-naive-stream"
-        stream_worker = NaiveWorker("naive-stream", {**stack.env, "NAIVE_REDIS_URL": stack.url,
-                                                     "NAIVE_QUEUE": stream_queue, "NAIVE_STREAM": "1"},
-                                    stack.tmp, concurrency=2)
-        stack.workers.append(stream_worker)
-        stream_worker.start(timeout=60)
+        create_queue = f"{stack.queue}-naive-create"  # the same loop without streaming: `messages.create`
+        create_worker = NaiveWorker("naive-create", {**stack.env, "NAIVE_REDIS_URL": stack.url,
+                                                     "NAIVE_QUEUE": create_queue}, stack.tmp, concurrency=2)
+        stack.workers.append(create_worker)
+        create_worker.start(timeout=60)
         stack.worker("w1", concurrency=2)
         client = stack.client()
         naive = Celery("naive-client", broker=stack.url, backend=stack.url)
@@ -122,10 +121,10 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         for i in range(WARMUP):
             baton_turn(f"warm-b-{stamp}-{i}")
             naive_turn(f"warm-n-{stamp}-{i}")
-            naive_turn(f"warm-s-{stamp}-{i}", stream_queue)
+            naive_turn(f"warm-s-{stamp}-{i}", create_queue)
         baton_lat: list[float] = []
         naive_lat: list[float] = []
-        stream_lat: list[float] = []
+        create_lat: list[float] = []
         opened = {"baton": 0, "naive": 0}  # provider connections accepted during each side's latency turns
         for i in range(n):
             at = fake.connections
@@ -134,7 +133,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             at = fake.connections
             naive_lat.append(naive_turn(f"lat-n-{stamp}-{i}"))
             opened["naive"] += fake.connections - at
-            stream_lat.append(naive_turn(f"lat-s-{stamp}-{i}", stream_queue))
+            create_lat.append(naive_turn(f"lat-s-{stamp}-{i}", create_queue))
 
         # The same turns against a model that takes MODEL_SECONDS per call before it answers: the fixed costs of
         # both loops next to what a user waits for anyway (a sleep here is the simulated model's work).
@@ -160,7 +159,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                 raise RuntimeError(f"Baton throughput block ended {done}")
 
             naive_s = naive_block(f"tp-n-{stamp}-{block}", naive_queue, turns)
-            stream_s = naive_block(f"tp-s-{stamp}-{block}", stream_queue, turns)
+            create_s = naive_block(f"tp-s-{stamp}-{block}", create_queue, turns)
 
             started = time.perf_counter()
             chats = [f"tb-{stamp}-{block}-{c}" for c in range(turns // PER_CHAT)]
@@ -170,7 +169,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             if set(done) != {"completed"}:
                 raise RuntimeError(f"Baton back-to-back block ended {done}")
             burst_refs += refs
-            rounds.append({"baton": turns / baton_s, "naive": turns / naive_s, "stream": turns / stream_s,
+            rounds.append({"baton": turns / baton_s, "naive": turns / naive_s, "create": turns / create_s,
                            "burst": turns / burst_s})
         disorder = 0
         for chat in {ref.chat_id for ref in burst_refs}:
@@ -180,13 +179,13 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
 
     b50, n50 = median(baton_lat) * 1000, median(naive_lat) * 1000
     b90, n90 = p90(baton_lat) * 1000, p90(naive_lat) * 1000
-    s50 = median(stream_lat) * 1000
+    s50 = median(create_lat) * 1000
     slow_b, slow_n = median(slow_lat["baton"]) * 1000, median(slow_lat["naive"]) * 1000
-    b_tps, n_tps, s_tps, burst_tps = (median([r[side] for r in rounds]) for side in ("baton", "naive", "stream",
+    b_tps, n_tps, s_tps, burst_tps = (median([r[side] for r in rounds]) for side in ("baton", "naive", "create",
                                                                                     "burst"))
     vs_naive = [r["baton"] / r["naive"] for r in rounds]
     tp_ratio = median(vs_naive)
-    vs_stream = median([r["baton"] / r["stream"] for r in rounds])
+    vs_create = median([r["baton"] / r["create"] for r in rounds])
     burst_ratio = median([r["burst"] / r["baton"] for r in rounds])
     print(f"  latency p50: Baton {fmt(b50)} ms, naive {fmt(n50)} ms -> {fmt(b50 / n50)}x; "
           f"p90: Baton {fmt(b90)} ms, naive {fmt(n90)} ms -> {fmt(b90 / n90)}x", flush=True)
@@ -195,11 +194,12 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
           f"Baton back to back ({PER_CHAT} per chat) {fmt(burst_tps)}/s -> {fmt(burst_ratio)}x of distinct; "
           f"{disorder} chats out of order",
           flush=True)
-    print(f"  naive loop streaming (messages.stream): latency p50 {fmt(s50)} ms (Baton ÷ it {fmt(b50 / s50)}x), "
-          f"{fmt(s_tps)} turns/s (Baton ÷ it {fmt(vs_stream)}x)", flush=True)
+    print(f"  naive loop without streaming (messages.create): latency p50 {fmt(s50)} ms (Baton ÷ it "
+          f"{fmt(b50 / s50)}x), {fmt(s_tps)} turns/s (Baton ÷ it {fmt(vs_create)}x)", flush=True)
     return [
         Row("Baton turn latency, 1 tool round (p50)", b50, "ms", "—", f"info (p90 {fmt(b90)} ms)"),
-        Row("naive loop turn latency, 1 tool round (p50)", n50, "ms", "—", f"info (p90 {fmt(n90)} ms)"),
+        Row("naive loop turn latency, 1 tool round, messages.stream (p50)", n50, "ms", "—",
+            f"info (p90 {fmt(n90)} ms)"),
         Row("turn latency ÷ naive (p50)", b50 / n50, "x", "≤ 1.1", judge(b50 / n50, at_most=1.1)),
         Row("turn latency ÷ naive (p90)", b90 / n90, "x", "—", "info"),
         Row("provider connections opened per turn, after warm-up (the fake API keeps them alive, as the real one)",
@@ -207,15 +207,15 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             f"{judge(opened['baton'] / n, at_most=0)} (naive {fmt(opened['naive'] / n)})"),
         Row(f"turn latency ÷ naive, model calls of {MODEL_SECONDS * 1000:g} ms (p50 of {SLOW_N})", slow_b / slow_n,
             "x", "—", f"info ({fmt(slow_b)} vs {fmt(slow_n)} ms)"),
-        Row("naive loop streaming (messages.stream) latency (p50)", s50, "ms", "—", "info"),
-        Row("turn latency ÷ streaming naive (p50)", b50 / s50, "x", "—", "info"),
+        Row("naive loop without streaming (messages.create) latency (p50)", s50, "ms", "—", "info"),
+        Row("turn latency ÷ naive without streaming (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2 (median of {ROUNDS} rounds)", b_tps, "turns/s", "—",
             "info"),
         Row(f"naive turns/s, {turns} distinct chats, 1 worker x 2 (median of {ROUNDS} rounds)", n_tps, "turns/s", "—",
             "info"),
-        Row("turns/s ÷ naive (median of the rounds' ratios)", tp_ratio, "x", "≥ 0.8",
-            f"{judge(tp_ratio, at_least=0.8)} (rounds {fmt(min(vs_naive))} to {fmt(max(vs_naive))})"),
-        Row("turns/s ÷ streaming naive", vs_stream, "x", "—", "info"),
+        Row("turns/s ÷ naive (median of the rounds' ratios)", tp_ratio, "x", "≥ 0.85",
+            f"{judge(tp_ratio, at_least=0.85)} (rounds {fmt(min(vs_naive))} to {fmt(max(vs_naive))})"),
+        Row("turns/s ÷ naive without streaming", vs_create, "x", "—", "info"),
         Row(f"Baton turns/s, {PER_CHAT} turns per chat back to back", burst_tps, "turns/s", "—", "info"),
         Row("back to back ÷ distinct chats", burst_ratio, "x", "≥ 0.8", judge(burst_ratio, at_least=0.8)),
         Row("back-to-back chats whose turns completed out of send order", float(disorder), "chats", "0",

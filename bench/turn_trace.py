@@ -172,7 +172,8 @@ def main(turns: int = TURNS) -> list[Row]:
         worker = stack.worker("w1", concurrency=2)
         client = stack.client()
         naive_queue = f"{stack.queue}-naive"
-        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue},
+        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue,
+                                            "NAIVE_STREAM": "1"},
                                    stack.tmp, concurrency=2)
         stack.workers.append(naive_worker)
         naive_worker.start(timeout=60)
