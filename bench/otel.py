@@ -1,5 +1,6 @@
-"""What tracing costs a turn: one chat turn (the real `anthropic` SDK against the fake API, one tool round) on a
-worker without the `OTEL_*` variables and on one exporting to a local OTLP/HTTP receiver (batch exporter), same run.
+"""What tracing costs a turn: bench.naive_loop's chat turn (the real `anthropic` SDK against the fake API, one round
+of the no-I/O `peek` tool) on a worker without the `OTEL_*` variables and on one exporting to a local OTLP/HTTP
+receiver (batch exporter), same run.
 
 The two workers serve a queue each and the turns alternate between them, so machine noise hits both alike; a turn
 is timed from `send_message` to `wait` returning it completed. The traced worker's batch exporter sends every
@@ -30,7 +31,7 @@ PHASES = 4
 
 def replies(n: int) -> Script:
     """A tool round then an answer, for every turn of the run (both workers draw from one script)."""
-    return Script([r for _ in range(n) for r in (tool_call("lookup", {"key": "a"}), text("found"))])
+    return Script([r for _ in range(n) for r in (tool_call("peek", {"key": "a"}), text("found"))])
 
 
 def hooks_off_ns(rounds: int = 200_000) -> float:
@@ -63,7 +64,7 @@ def phase(receiver: OtlpReceiver, n: int, traced: tuple[bool, bool]) -> Phase:
     second's) latencies in seconds, and each worker's CPU seconds over its turns (export included: the phase
     waits for the spans before it reads them)."""
     handler = replies(2 * (n + WARMUP) + 4)
-    with Stack("otel", handler=handler) as stack:
+    with Stack("otel", handler=handler, BATON_TOOLS="bench.tools:TOOLS") as stack:
         queues = (stack.queue, f"{stack.queue}-2")
         workers = [
             stack.worker(name, concurrency=2, BATON_QUEUE=queue, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url if on else "",

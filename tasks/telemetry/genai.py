@@ -24,6 +24,7 @@ from agent.provider.base import Answer, AttemptFailed, Provider, ProviderRequest
 from agent.tools import Tool, ToolOutcome
 from tasks.telemetry.content import capture_content, input_messages, output_messages, system_instructions
 from tasks.telemetry.instruments import Instruments
+from tasks.telemetry.offload import OFFLOAD
 
 T = TypeVar("T")
 
@@ -60,9 +61,8 @@ def error_type(err: BaseException) -> str:
 
 
 class _AttemptSpan:
-    """`chat MODEL`: its attributes gathered while the attempt runs, the span made once it ends (with the attempt's
-    start time), in one call: nothing runs under an attempt's span, and setting attributes one by one on a live span
-    cost a traced turn a third of its tracing (bench/otel.py)."""
+    """`chat MODEL`: its attributes and measurements gathered while the attempt runs; the span is made once it ends,
+    with its start time, and off the unit's thread (tasks/telemetry/offload.py): nothing runs under it."""
 
     def __init__(self, owner: GenAiTelemetry, provider: Provider, request: ProviderRequest, number: int) -> None:
         self._owner = owner
@@ -81,6 +81,7 @@ class _AttemptSpan:
             if request.system:
                 attributes["gen_ai.system_instructions"] = system_instructions(request.system)
         self._attributes = attributes
+        self._usage: tuple[TokenUsage, dict[str, str]] | None = None
         self._parent = context.get_current()
         self._start_ns = time.time_ns()
         self._started = time.monotonic()
@@ -96,12 +97,12 @@ class _AttemptSpan:
         attributes["baton.discarded"] = False
         if self._owner.content:
             attributes["gen_ai.output.messages"] = output_messages(answer)
-        self._tokens(answer.usage, {})
+        self._usage = (answer.usage, {})
         return answer
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
         extra: dict[str, str] = {}
-        status: Status | None = None
+        why: str | None = None
         if err is not None:
             why = error_type(err)
             extra = {"error.type": why}
@@ -109,27 +110,34 @@ class _AttemptSpan:
             self._attributes.update({"error.type": why, "baton.discarded": True})
             if isinstance(usage, TokenUsage):
                 self._attributes.update(usage_attributes(usage))
-                self._tokens(usage, extra)
-            # The description is the class only: an SDK's message may quote a request, never put in a span.
-            status = Status(StatusCode.ERROR, why)
-            self._owner.instruments.discarded.add(1, {**self._metric, **extra})
-        self._owner.instruments.duration.record(time.monotonic() - self._started, {**self._metric, **extra})
-        span = self._owner.tracer.start_span(self._name, context=self._parent, kind=SpanKind.CLIENT,
-                                             attributes=self._attributes, start_time=self._start_ns)
-        if status is not None:
-            span.set_status(status)
-        span.end()
+                self._usage = (usage, extra)
+        elapsed, end_ns = time.monotonic() - self._started, time.time_ns()
+        OFFLOAD.submit(lambda: self._made(why, extra, elapsed, end_ns))
 
-    def _tokens(self, usage: TokenUsage, extra: dict[str, str]) -> None:
-        counted = usage_attributes(usage)
-        tokens = self._owner.instruments.tokens
-        tokens.record(counted["gen_ai.usage.input_tokens"], {**self._metric, **extra, "gen_ai.token.type": "input"})
-        tokens.record(counted["gen_ai.usage.output_tokens"], {**self._metric, **extra, "gen_ai.token.type": "output"})
+    def _made(self, why: str | None, extra: dict[str, str], elapsed: float, end_ns: int) -> None:
+        owner, metric = self._owner, self._metric
+        span = owner.tracer.start_span(self._name, context=self._parent, kind=SpanKind.CLIENT,
+                                       attributes=self._attributes, start_time=self._start_ns)
+        if why is not None:
+            # The description is the class only: an SDK's message may quote a request, never put in a span.
+            span.set_status(Status(StatusCode.ERROR, why))
+        span.end(end_time=end_ns)
+        inside = trace.set_span_in_context(span, self._parent)  # exemplars point at the attempt's span
+        if self._usage is not None:
+            usage, extra_of_usage = self._usage
+            counted = usage_attributes(usage)
+            for kind, tokens in (("input", counted["gen_ai.usage.input_tokens"]),
+                                 ("output", counted["gen_ai.usage.output_tokens"])):
+                owner.instruments.tokens.record(tokens, {**metric, **extra_of_usage, "gen_ai.token.type": kind},
+                                                context=inside)
+        if why is not None:
+            owner.instruments.discarded.add(1, {**metric, **extra}, context=inside)
+        owner.instruments.duration.record(elapsed, {**metric, **extra}, context=inside)
 
 
 class _ToolSpan:
-    """`execute_tool TOOL`, made once the call ends, as `chat MODEL` is (nothing runs under it: a tool runs on a
-    thread of its own, outside the execution's context)."""
+    """`execute_tool TOOL`, made once the call ends and off the unit's thread, as `chat MODEL` is (nothing runs under
+    it: a tool runs on a thread of its own, outside the execution's context)."""
 
     def __init__(self, owner: GenAiTelemetry, call: ToolUseBlock, tool: Tool | None) -> None:
         self._owner = owner
@@ -172,11 +180,15 @@ class _ToolSpan:
         if err is not None:
             self._attributes["error.type"] = type(err).__qualname__
             self._status = Status(StatusCode.ERROR, type(err).__qualname__)
+        end_ns = time.time_ns()
+        OFFLOAD.submit(lambda: self._made(end_ns))
+
+    def _made(self, end_ns: int) -> None:
         span = self._owner.tracer.start_span(self._name, context=self._parent, kind=SpanKind.INTERNAL,
                                              attributes=self._attributes, start_time=self._start_ns)
         if self._status is not None:
             span.set_status(self._status)
-        span.end()
+        span.end(end_time=end_ns)
 
 
 class GenAiTelemetry:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from agent import telemetry as core
 from tasks.telemetry.genai import GenAiTelemetry
 from tasks.telemetry.instruments import Instruments
+from tasks.telemetry.offload import OFFLOAD
 
 log = logging.getLogger("baton.telemetry")
 
@@ -82,6 +83,7 @@ def setup(service: str) -> None:
 def teardown() -> None:
     """Flush what is batched and stop the exporters (spans first: metrics may count what they carry)."""
     core.uninstall()
+    OFFLOAD.flush()  # the spans and measurements made off the units' threads, before the exporters' last batch
     while _made:
         made = _made.pop()
         made.traces.shutdown()

@@ -24,6 +24,7 @@ from tasks.telemetry.content import input_messages
 from tasks.telemetry.genai import GenAiTelemetry, provider_name, usage_attributes
 from tasks.telemetry.instruments import Instruments
 from tasks.telemetry.marks import Mark, cause_of, next_cause, outcome_name
+from tasks.telemetry.offload import OFFLOAD, Offload
 
 
 class AnthropicProvider:
@@ -116,6 +117,7 @@ def test_an_answered_attempt_and_a_discarded_one(traced):
         raise broken
     with pytest.raises(Cancelled), telemetry.attempt(AnthropicProvider(), REQUEST, 3):
         raise Cancelled("drain")
+    OFFLOAD.flush()  # the leaf spans are made off the unit's thread
     answered, discarded, cut = exporter.get_finished_spans()
     assert answered.name == "chat claude-test" and answered.attributes["gen_ai.provider.name"] == "anthropic"
     assert answered.attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
@@ -141,6 +143,7 @@ def test_content_only_when_asked(traced):
     call = ToolUseBlock(id="t1", name="save", input={"note": "n"})
     with telemetry.tool(call, save) as span:
         span.ran(ToolOutcome("saved"))
+    OFFLOAD.flush()
     attempt, ran = exporter.get_finished_spans()
     assert json.loads(attempt.attributes["gen_ai.input.messages"]) == [
         {"role": "user", "parts": [{"type": "text", "content": "the user's words"}]}]
@@ -184,3 +187,25 @@ def test_a_provider_behind_the_rate_gate_is_named_as_itself() -> None:
 
     gated = LimitedProvider(AnthropicProvider(), None, limits=None, max_wait=5.0)  # type: ignore[arg-type]
     assert provider_name(gated) == "anthropic"
+
+
+def test_the_offload_makes_what_it_was_given_in_order_and_survives_a_failure():
+    """Work handed over runs on the offload's own thread within a round, in order; one that raises is logged and
+    the rest still run; a flush runs what waits on the calling thread (a child's exit)."""
+    import threading
+
+    done: list[int] = []
+    ran = threading.Event()
+    offload = Offload(interval=0.01)
+
+    def broken() -> None:
+        raise RuntimeError("a span that could not be made")
+
+    offload.submit(lambda: done.append(1))
+    offload.submit(broken)
+    offload.submit(lambda: (done.append(2), ran.set()))
+    assert ran.wait(5) and done == [1, 2]
+    held = Offload(interval=3600.0)  # its thread will not come round within the test
+    held.submit(lambda: done.append(3))
+    held.flush()
+    assert done == [1, 2, 3]
