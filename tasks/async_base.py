@@ -76,6 +76,7 @@ class AsyncBase:
         self._agents = AsyncAgentPicker(self._store, self.settings.agent_wait)
         watch = OwnReads if keys.clustered() else SettledWatch
         self._settled: SettledWatch | OwnReads = watch(self.redis, STORE_ERRORS)
+        self._tails = core.SettledTails()  # where a wait for a turn this client enqueued reads the signal from
 
     async def aclose(self) -> None:
         await self._settled.aclose()

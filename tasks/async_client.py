@@ -97,6 +97,8 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
                 await self._send(parked)  # parked for approval, it holds no worker: it is started to stop
         if enqueued.inherited:  # the turn named no agent: it has the chat's, and goes to its queue
             new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
+        if enqueued.settled_tail is not None:
+            self._tails.note(owner, new.rec.unit_id, enqueued.settled_tail)
         if enqueued.ahead == 0:
             await self._send(new.rec)
         return new.ref
@@ -149,22 +151,32 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         owner, unit = core.wait_target(ref)
         deadline = time.monotonic() + timeout
         key = keys.settled(owner)
-        pipe = self._store.pipeline(transaction=False)
-        pipe.xrevrange(key, count=1)
-        pipe.hgetall(keys.record(owner, unit))
-        raw_tail, raw_rec = await pipe.execute()
-        found_tail = stream_entries(raw_tail)
-        rec = UnitRecord.from_hash(raw_rec)
-        # The signal's entries after its tail as read with the record, from the client's one reader of them.
-        news = self._settled.subscribe(key, found_tail[0][0] if found_tail else "0-0")
+        tail = self._tails.take(owner, unit)
+        read = tail is None  # whether `rec` holds the record as read (None then: there is no such unit)
+        rec: UnitRecord | None = None
+        if tail is None:
+            pipe = self._store.pipeline(transaction=False)
+            pipe.xrevrange(key, count=1)
+            pipe.hgetall(keys.record(owner, unit))
+            raw_tail, raw_rec = await pipe.execute()
+            found_tail = stream_entries(raw_tail)
+            tail = found_tail[0][0] if found_tail else "0-0"
+            rec = UnitRecord.from_hash(raw_rec)
+        # The signal's entries after its tail (as read with the record, or when this client enqueued the unit: every
+        # ending or park of it comes after), from the client's one reader of them.
+        news = self._settled.subscribe(key, tail)
         try:
             while True:
-                done = core.wait_over(rec, unit, timed_out=time.monotonic() >= deadline)
-                if done is not None:
-                    return done
+                timed_out = time.monotonic() >= deadline
+                if not read and timed_out:
+                    rec, read = await self._record(owner, unit), True
+                if read:
+                    done = core.wait_over(rec, unit, timed_out=timed_out)
+                    if done is not None:
+                        return done
                 entries = await news.next(max(0.001, min(1.0, deadline - time.monotonic())))
                 if core.settled_news(entries, unit):
-                    rec = await self._record(owner, unit)
+                    rec, read = await self._record(owner, unit), True
         finally:
             news.close()
 
