@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from redis.commands.core import Script
@@ -33,7 +33,6 @@ class Deferred:
     keys: list[str]
     args: list[Any]
     answer: Callable[[Any], None]
-    sent: bool = field(default=False)
 
 
 class Preflight:
@@ -66,9 +65,14 @@ class Preflight:
         waiting = self._waiting()
         calls, self._local.waiting = list(waiting), []
         replies = scripts_in_one_trip(client, [*((c.script, c.keys, c.args) for c in calls), (script, keys, args)])
+        refused: Exception | None = None
         for call, reply in zip(calls, replies, strict=False):
-            call.sent = True
-            call.answer(reply)
+            try:
+                call.answer(reply)  # every one read, so none that held is forgotten
+            except Exception as err:
+                refused = refused or err
+        if refused is not None:
+            raise refused
         return replies[-1]
 
 
