@@ -168,6 +168,36 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
         return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, peak.peak_pss, idle, peak.processes)
 
 
+def measure_naive(pool: str, concurrency: int, turns: int) -> float:
+    """Wall seconds for `turns` of the naive loop (`bench.naive_app`, streaming, one worker on `pool` at
+    `concurrency`) sent at once and all awaited: the same answers, the same fake, no safeguard."""
+    from celery import Celery
+
+    from bench.naive_loop import NaiveWorker
+
+    with Stack(f"conc-naive-{pool}", handler=answer) as stack:
+        queue = f"{stack.queue}-naive"
+        worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue,
+                                       "NAIVE_STREAM": "1"}, stack.tmp, concurrency=concurrency, pool=pool)
+        stack.workers.append(worker)
+        worker.start(timeout=60)
+        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
+        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+        stamp = int(time.time())
+        try:
+            for result in [naive.send_task("naive.turn", args=[f"warm-{stamp}-{i}", "warm up"], queue=queue)
+                           for i in range(min(concurrency, WARM))]:
+                result.get(timeout=60)
+            started = time.perf_counter()
+            sent = [naive.send_task("naive.turn", args=[f"n-{stamp}-{i}", f"turn {i}"], queue=queue)
+                    for i in range(turns)]
+            with ThreadPoolExecutor(64) as waiters:
+                list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency), sent))
+            return time.perf_counter() - started
+        finally:
+            naive.close()
+
+
 def pools() -> list[tuple[str, int, int]]:
     plan = [("threads", TURNS, TURNS)]
     if importlib.util.find_spec("gevent") is not None:
@@ -196,19 +226,29 @@ def rows(results: list[Result]) -> list[Row]:
 
 def main(only: str | None = None, concurrency: int | None = None) -> list[Row]:
     results = []
+    beside: list[Row] = []
     for pool, c, turns in pools():
         if only is not None and pool != only:
             continue
         c = concurrency or c
         turns = c if concurrency and pool != "prefork" else (2 * c if concurrency else turns)
         r = measure(pool, c, turns)
+        if pool == "threads":
+            # Issue #41's figure: the same turns through the naive loop on the same pool, one after the other.
+            naive_s = measure_naive(pool, c, turns)
+            print(f"  {pool} -c {c}: the naive loop's {turns} turns in {fmt(naive_s)} s; Baton ÷ naive "
+                  f"{fmt(r.wall_s / naive_s)}x", flush=True)
+            beside.append(Row(f"{pool} -c {c}, {turns} turns of {fmt(PROVIDER_SECONDS)} s: wall ÷ the naive loop's on "
+                              "the same pool", r.wall_s / naive_s, "x", "≤ 1.0",
+                              f"{judge(r.wall_s / naive_s, at_most=1.0)} (naive {fmt(naive_s / PROVIDER_SECONDS)}x "
+                              "the provider's time)"))
         print(f"  {pool} -c {c}: {r.completed}/{r.turns} completed in {fmt(r.wall_s)} s "
               f"({fmt(r.ratio)}x the provider's {fmt(PROVIDER_SECONDS)} s; sending took {fmt(r.send_s)} s), "
               f"RSS idle {fmt(r.idle_rss_mib)} MiB, peak {fmt(r.peak_rss_mib)} MiB over {r.processes} processes "
               f"(PSS {fmt(r.peak_pss_mib)} MiB), "
               f"{fmt(r.turns_per_gib)} turns/GiB", flush=True)
         results.append(r)
-    return rows(results)
+    return [*rows(results), *beside]
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ def one_tool_round(body: dict[str, Any], index: int) -> Reply:
 
 
 class NaiveWorker(Worker):
-    """A real `celery -A bench.naive_app worker` on its own queue (otherwise like the test harness's); the env's
-    NAIVE_APP names another app module (`bench.naive_openai_app`)."""
+    """A real `celery -A bench.naive_app worker` on its own queue (otherwise like the test harness's, `pool`
+    included); the env's NAIVE_APP names another app module (`bench.naive_openai_app`)."""
 
     def start(self, timeout: float = 30) -> Worker:
         import subprocess
@@ -62,7 +62,8 @@ class NaiveWorker(Worker):
 
         app = self.env.get("NAIVE_APP", "bench.naive_app")
         cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", self.env["NAIVE_QUEUE"],
-               "-n", self.hostname, "-c", str(self.concurrency), "-l", "info", "--without-mingle", "--without-gossip"]
+               "-n", self.hostname, "-c", str(self.concurrency), "-l", "info", "--without-mingle", "--without-gossip",
+               *(["-P", self.pool] if self.pool else [])]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
