@@ -341,3 +341,4 @@ def test_a_deferred_reservation_goes_with_the_gates_admission_and_refuses_there(
     assert gate.admit("m", None, "a3", 0, 100).admitted  # it does not go with a later admission either
     assert budgets.read_budget(store, "chat:c1")["spent_tokens"] == 50
     assert budgets.read_budget(store, "chat:c1")["reserved_tokens"] == 0
+

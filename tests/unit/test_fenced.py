@@ -81,3 +81,16 @@ def test_a_held_batch_under_a_lease_not_ours_writes_nothing():
 def test_a_held_batch_may_not_read():
     with pytest.raises(ValueError):
         Fence(fakeredis.FakeRedis(), "lease", "tok").hold(Batch().read("GET", "x"))
+
+
+def test_scripts_in_one_trip_run_a_script_the_server_lost_once():
+    """After a restart (SCRIPT FLUSH here) the pipeline's EVALSHA answers NOSCRIPT: that script is run on its own,
+    which loads it, and it runs once; the one the server still had ran in the pipeline."""
+    from tasks.store.fenced import registered, scripts_in_one_trip
+
+    store = fakeredis.FakeRedis()
+    count = registered(store, "return redis.call('INCR', KEYS[1])")
+    store.execute_command("SCRIPT", "FLUSH")
+    replies = scripts_in_one_trip(store, [(count, ["a"], []), (count, ["b"], [])])
+    assert replies == [1, 1] and store.get("a") == b"1" and store.get("b") == b"1"
+    assert scripts_in_one_trip(store, [(count, ["a"], []), (count, ["b"], [])]) == [2, 2]
