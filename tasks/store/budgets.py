@@ -83,6 +83,8 @@ end
 RESERVE = _COMMON + """
 local held, holders = KEYS[#KEYS - 1], KEYS[#KEYS]
 local rid, exe, t, n, day, month = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+-- No budget of the unit's and nothing its owner holds (a fleet without budgets): one command, not five.
+if redis.call('EXISTS', unpack(KEYS, 1, #KEYS - 1)) == 0 then return {2} end
 if redis.call('HEXISTS', held, rid) == 1 then return {1} end
 local old = redis.call('HGETALL', held)
 for i = 1, #old, 2 do
