@@ -45,7 +45,7 @@ from tasks.store.budgets import RedisSpend
 from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
-from tasks.store.journal import RedisJournal
+from tasks.store.journal import Flags, RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
 from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
@@ -93,6 +93,7 @@ class Execution(Seeding, RateWaiting):
         self.live: RedisLiveText | None = None
         self.replication_id: str | None = None
         self.journal: RedisJournal | None = None
+        self.watcher: Watcher | None = None
         self.run_servers: wiring.RunServers | None = None
 
     def run(self) -> Outcome:
@@ -194,7 +195,7 @@ class Execution(Seeding, RateWaiting):
         """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
         unit, client = self.unit, self.client
         self.lease_token = lease.token  # the budgets' reservations are held under it (tasks/store/budgets.py)
-        watcher = Watcher(
+        watcher = self.watcher = Watcher(
             client, lease, owner_id=unit.owner_id, unit_id=unit.unit_id, hostname=self.hostname, cancel=self.cancel
         )
         try:
@@ -291,6 +292,10 @@ class Execution(Seeding, RateWaiting):
             min_replicas=settings.redis_min_replicas,
         )
         self.journal = journal
+        if self.watcher is not None and not keys.clustered():
+            # The loop's look after a tool round rides the round's last result (one Redis: the drain flag is on
+            # another slot, read in the same pipeline; a cluster's pipeline would ask two masters).
+            journal.flags = Flags(keys.stop(unit.owner_id), self.watcher.drain_key, self.watcher.seen_with_results)
         if stopping(loaded, rec):  # read with the lease (the watcher has cancelled already, for the stop key)
             if not journal.steps:
                 return self._settle_stopped(rec, LoopState())

@@ -61,6 +61,7 @@ class Watcher:
         self.drain_key = keys.drain(hostname, owner_id)
         self._cancel = cancel
         self.lease_lost = False
+        self._read_with_results = False  # the flags came with the last tool result's write, after its tool ran
         # The lease (and the ACTIVE mark) are renewed a third of a TTL at a time, not on every poll: the stop
         # and drain flags need a prompt look, the lease only needs to outlive a missed beat or two.
         self._renew_every = lease.ttl_ms / 3000
@@ -122,9 +123,20 @@ class Watcher:
         """The light poll between renewals: only the stop and drain flags, in one round trip."""
         beat(self._client, [self], renewing=[])
 
+    def seen_with_results(self, stop: str | None, draining: bool) -> None:
+        """The flags as a tool result's write read them, after the tool ran (RedisJournal's `Flags`): acted on, and
+        the loop's next look has its answer already."""
+        self.seen(stop=stop, draining=draining)
+        self._read_with_results = True
+
     def look_now(self) -> None:
         """`look_once` for the loop, between a round of tools and the next model step (CancelToken.look): the
-        poller is the backstop, so a store that does not answer here is logged, not raised."""
+        poller is the backstop, so a store that does not answer here is logged, not raised. When the round's last
+        tool result was written with the flags (`seen_with_results`), they were read after every tool of the round
+        ran, which is all a look asks: no round trip."""
+        if self._read_with_results:
+            self._read_with_results = False
+            return
         try:
             self.look_once()
         except redis.RedisError as err:

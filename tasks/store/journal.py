@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -27,6 +28,16 @@ JOURNAL_RETENTION_MS = 7 * 24 * 3600 * 1000  # an abandoned journal does not out
 # the expiry only has to outlast the execution, and a week minus an hour still outlasts any of them.
 JOURNAL_REARM_SECONDS = 3600.0
 REPLICA_CONFIRM_MS = 2000  # how long a write tool waits for a replica to have its write-ahead entry
+
+
+@dataclass
+class Flags:
+    """The stop and drain flags an execution's watcher acts on, read with each tool result's write: `read(stop,
+    draining)` hands them over (the watcher's `seen_with_results`)."""
+
+    stop_key: str
+    drain_key: str
+    read: Callable[[str | None, bool], None]
 
 
 class RedisJournal:
@@ -63,6 +74,7 @@ class RedisJournal:
         self.master = master_of(client, self.key)  # None: one plain Redis, nothing to confirm with
         self.sentinel = self.master is not None
         self.min_replicas = min_replicas
+        self.flags: Flags | None = None  # set by the execution once its watcher is up (one Redis only)
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive
@@ -113,6 +125,12 @@ class RedisJournal:
                 raise self._unconfirmed(step_id, record, prior, err) from None
         elif last and not self.sentinel:
             self._fence.hold(batch)
+        elif self.flags is not None and step_id.startswith("tool:") and record.get("status") == "done":
+            # A tool's result, written after it ran: the stop and drain flags are read with it, so the loop's look
+            # between this round and the next step costs no round trip of its own (`Flags`).
+            batch.read("GET", self.flags.stop_key)
+            *_, stop, draining = self._fence.commit(batch, also_get=self.flags.drain_key)
+            self.flags.read(text(stop) if stop is not None else None, draining is not None)
         else:
             self._fence.commit(batch)
         if arming:

@@ -118,3 +118,63 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
     assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
     if budgeted:
         assert budgets.read_budget(store, "all")["reserved_tokens"] == 0  # settled: nothing left held
+
+
+def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeypatch):
+    """A turn with one tool round: the stop and drain flags the loop looks at between the round and the next step
+    are read with the tool result's write (one pipeline: the fenced write, then the drain flag), not in a round trip
+    of their own. A stop pressed while the tool ran is seen there: the next model step is never sent."""
+    import threading
+
+    from agent.provider.rate_gate import LimitedProvider
+    from agent.provider.scripted import reply_tool
+    from tasks.store import rate_limits
+    from tasks.store.rate_limits import RedisGate
+
+    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
+        store.script_load(script)
+    me = threading.get_ident()
+    trips: list[str] = []
+    stop_before_result: list[str] = []  # the unit whose stop is pressed just before its tool result is written
+    command, pipeline = store.execute_command, store.pipeline
+
+    def counting(*args, **options):
+        if threading.get_ident() == me:
+            trips.append(str(args[0]))
+        return command(*args, **options)
+
+    def counted_pipeline(*args, **options):
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sent(*a, **k):
+            if threading.get_ident() == me:
+                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+                if trips[-1] == "EVALSHA+GET" and stop_before_result:
+                    unit = stop_before_result.pop()
+                    command("SET", keys.stop(keys.owner("chat", unit)), unit)
+            return execute(*a, **k)
+
+        pipe.execute = sent
+        return pipe
+
+    def run(unit: str) -> str:
+        provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
+        gated = LimitedProvider(provider, RedisGate(store, "anthropic|local|k"), limits=None, max_wait=5.0)
+        monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
+        owner = keys.owner("chat", unit)
+        rec = UnitRecord(kind="turn", owner_id=owner, unit_id=unit, text="hi?", task_id=f"task-{unit}",
+                         created_at=time.time())
+        command("HSET", keys.record(owner, unit), *[p for kv in rec.to_hash().items() for p in kv])
+        command("RPUSH", keys.queue(owner), unit)
+        trips.clear()
+        return Execution(SETTINGS, Unit(Driver.CHAT_TURN, owner, unit), hostname="w@test", task_id=f"task-{unit}").run(
+        ).reason
+
+    store.execute_command, store.pipeline = counting, counted_pipeline
+    assert run("t1") == "completed"
+    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+GET", "EVALSHA+EVALSHA", "EVALSHA"]
+    stop_before_result.append("t2")
+    assert run("t2") == "stopped"
+    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+GET"]
+    assert "EVALSHA+EVALSHA" not in trips[4:]  # no second model step was asked for, let alone sent
