@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
 
 from agent.agents.pinning import Choice
+from agent.agents.resolved import Resolved
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.loop.cancel import CancelToken
 from agent.loop.edge import LoopFailure
@@ -23,12 +24,8 @@ from agent.loop.policy import Driver, policy_for
 from agent.loop.run import run_loop
 from agent.loop.state import LoopState
 from agent.messages import (
-    Message,
-    dump_message,
     notice,
-    user_text,
 )
-from agent.messages.media import FileBlock
 from agent.provider.rate_gate import LimitedProvider, RateLimited
 from agent.provider.replay import RequestFailed
 from agent.tools import Tool
@@ -38,12 +35,13 @@ from tasks.execution.live import RedisLiveText
 from tasks.execution.rate_wait import RateWaiting
 from tasks.execution.seeding import Seeding
 from tasks.execution.settling import Outcome, Unit
+from tasks.execution.starting import Starting
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
 from tasks.store.budget_rules import unit_scopes
 from tasks.store.budgets import RedisSpend
 from tasks.store.failover import master_of, replid
-from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed, fill
+from tasks.store.fenced import Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
 from tasks.store.journal import Flags, RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
@@ -82,7 +80,7 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
 
 
-class Execution(Seeding, RateWaiting):
+class Execution(Starting, Seeding, RateWaiting):
     def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
         self.settings = settings
         self.unit = unit
@@ -277,25 +275,12 @@ class Execution(Seeding, RateWaiting):
                 handed_back = None if stopping(loaded, rec) else self._hand_back(rec, started=rec.history_len >= 0)
                 if handed_back is not None:
                     return handed_back
-                self._start(rec, loaded, history)
+                self._start(rec, loaded.transcript, history)
                 return self._settle_stopped(rec, LoopState()) if stopping(loaded, rec) else self._agent_unknown(rec)
             self._adopt(rec, choice)
         if not loaded.started:
-            self._start(rec, loaded, history)
-        journal = RedisJournal(
-            self.client,
-            self.fence,
-            owner_id=unit.owner_id,
-            unit_id=unit.unit_id,
-            generation=rec.generation,
-            loaded=loaded.journal,
-            min_replicas=settings.redis_min_replicas,
-        )
-        self.journal = journal
-        if self.watcher is not None and not keys.clustered():
-            # The loop's look after a tool round rides the round's last result (one Redis: the drain flag is on
-            # another slot, read in the same pipeline; a cluster's pipeline would ask two masters).
-            journal.flags = Flags(keys.stop(unit.owner_id), self.watcher.drain_key, self.watcher.seen_with_results)
+            self._start(rec, loaded.transcript, history)
+        journal = self._journal(rec, loaded)
         if stopping(loaded, rec):  # read with the lease (the watcher has cancelled already, for the stop key)
             if not journal.steps:
                 return self._settle_stopped(rec, LoopState())
@@ -314,13 +299,8 @@ class Execution(Seeding, RateWaiting):
         )
         state = self._seed(rec, journal)
         config = self._config(rec)
-        tools: Mapping[str, Tool]
         agent = self.choice.agent if self.choice is not None else None
-        if unit.driver is Driver.CHAT_TURN:
-            tools = wiring.chat_tools(settings, agent)
-        else:
-            self.run_servers = wiring.run_servers(settings, rec.workspace or ".", agent)
-            tools = wiring.run_tools(settings, rec.workspace or ".", self.run_servers, agent)
+        tools = self._tools(rec, agent)
         provider = wiring.build_provider(settings, self.client, agent)
         try:
             run_loop(
@@ -333,14 +313,9 @@ class Execution(Seeding, RateWaiting):
                 config=config,
                 live=self.live,
                 files=StoredFiles(self.client, unit.owner_id),
-                spend=RedisSpend(
-                    self.client,
-                    unit.owner_id,
-                    unit_scopes(unit.owner_id, rec.user, rec.agent),
-                    self.lease_token,
-                    # behind the fleet's rate gate, each reservation goes in its admission's round trip
-                    deferred=isinstance(provider, LimitedProvider),
-                ),
+                # behind the fleet's rate gate, each reservation goes in its admission's round trip
+                spend=RedisSpend(self.client, unit.owner_id, unit_scopes(unit.owner_id, rec.user, rec.agent),
+                                 self.lease_token, deferred=isinstance(provider, LimitedProvider)),
             )
         except Cancelled as stop:
             if stop.reason == "stop":
@@ -356,54 +331,26 @@ class Execution(Seeding, RateWaiting):
             return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
 
-    def _first_start(
-        self, text: str, history_len: int | str, now: float, files: Sequence[FileBlock] = ()
-    ) -> Batch:
-        """What a unit's first start writes: the user's message (with its files), `*.started`, the record running
-        with its history_len, and its entry for the lost-worker sweep (`take` writes it with the lease when it can)."""
+    def _journal(self, rec: UnitRecord, loaded: Loaded) -> RedisJournal:
+        """The unit's journal as its lease read it; the loop's look after a tool round rides the round's last result
+        (one Redis: the drain flag is on another slot, read in the same pipeline; a cluster's would ask two masters)."""
         unit = self.unit
-        message = user_text(text, unit.unit_id, tuple(files))
-        batch = Batch().add("RPUSH", keys.transcript(unit.owner_id), dump_message(message))
-        self._event(batch, f"{unit.event_prefix}.started", {"generation": 0, **self._agent_fields()})
-        return self._running_fields(batch, history_len, now)
+        journal = self.journal = RedisJournal(
+            self.client,
+            self.fence,
+            owner_id=unit.owner_id,
+            unit_id=unit.unit_id,
+            generation=rec.generation,
+            loaded=loaded.journal,
+            min_replicas=self.settings.redis_min_replicas,
+        )
+        if self.watcher is not None and not keys.clustered():
+            journal.flags = Flags(keys.stop(unit.owner_id), self.watcher.drain_key, self.watcher.seen_with_results)
+        return journal
 
-    def _running_fields(self, batch: Batch, history_len: int | str, now: float) -> Batch:
-        fields: dict[str, object] = {
-            "status": "running", "waiting_reason": None, "history_len": history_len, **self._agent_fields()
-        }
-        if self.task_id:  # else the record keeps the task id it has
-            fields["task_id"] = self.task_id
-        batch.hset(self.unit.record_key, {**fields, "updated_at": now})
-        owner = self.unit.owner_id
-        batch.add("ZADD", keys.active(owner), str(now), owner)  # alive, for the lost-worker sweep
-        return batch
-
-    def _running(self, rec: UnitRecord) -> None:
-        """The record as the start left it."""
-        rec.status, rec.waiting_reason, rec.task_id = "running", None, self.task_id or rec.task_id
-
-    def _start(self, rec: UnitRecord, loaded: Loaded, history: list[Message]) -> None:
-        """Start an execution `take` did not start: a later generation, a resume after a drain, a draining
-        worker's, or one whose text the script could not place (see tasks/store/take.py)."""
-        unit, now = self.unit, time.time()
-        if rec.history_len < 0 and rec.generation == 0:
-            rec.history_len = len(loaded.transcript) + 1
-            start = self._first_start(rec.text, rec.history_len, now, rec.files)
-            history.append(user_text(rec.text, unit.unit_id, tuple(rec.files)))
-        else:
-            start = Batch()
-            if rec.history_len < 0:
-                rec.history_len = len(loaded.transcript)
-                started = {"generation": rec.generation, **self._agent_fields()}
-                self._event(start, f"{unit.event_prefix}.started", started)
-            elif rec.waiting_reason == "platform_interrupt":
-                self._event(
-                    start,
-                    f"{unit.event_prefix}.resumed" if unit.driver is Driver.CODING_RUN else "turn.started",
-                    {"after_interruptions": rec.interruptions},
-                )
-            self._running_fields(start, rec.history_len, now)
-        if self.choice is not None:
-            self._upgrade(start, self.choice)
-        self._running(rec)
-        self.fence.commit(start)
+    def _tools(self, rec: UnitRecord, agent: Resolved | None) -> Mapping[str, Tool]:
+        """A turn's tools, or a run's (its MCP servers started in its workspace, stopped when it ends)."""
+        if self.unit.driver is Driver.CHAT_TURN:
+            return wiring.chat_tools(self.settings, agent)
+        self.run_servers = wiring.run_servers(self.settings, rec.workspace or ".", agent)
+        return wiring.run_tools(self.settings, rec.workspace or ".", self.run_servers, agent)

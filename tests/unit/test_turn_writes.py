@@ -69,13 +69,44 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     assert store.zscore(keys.ACTIVE, OWNER) is None
 
 
+def count_round_trips(store, before=lambda sending: None) -> list[str]:
+    """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
+    commands' names joined by `+` (`before(that)` runs just before a pipeline goes). Other threads' are not counted
+    (the live text writer's, the poller's)."""
+    import threading
+
+    me = threading.get_ident()
+    trips: list[str] = []
+    command, pipeline = store.execute_command, store.pipeline
+
+    def counting(*args, **options):
+        if threading.get_ident() == me:
+            trips.append(str(args[0]))
+        return command(*args, **options)
+
+    def counted_pipeline(*args, **options):
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sent(*a, **k):
+            if threading.get_ident() == me:
+                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+                before(trips[-1])
+            return execute(*a, **k)
+
+        pipe.execute = sent
+        return pipe
+
+    store.execute_command, store.pipeline = counting, counted_pipeline
+    return trips
+
+
 @pytest.mark.parametrize("budgeted", [False, True])
 def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store, budgeted, monkeypatch):
     """The fleet's rate gate admits every attempt right after the budgets reserve it: the two scripts (two slots)
     go in one round trip, so a turn without tools is still three of the execution's own round trips (take, the
     attempt's budgets and gate, the settle), with a budget that applies a fourth (its settlement). Counted on the
     execution's thread: its commands and its pipelines, each pipeline one round trip."""
-    import threading
 
     from agent.provider.rate_gate import LimitedProvider
     from tasks.store import rate_limits
@@ -91,28 +122,7 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
     rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
     store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
     store.rpush(keys.queue(OWNER), "t1")
-    me = threading.get_ident()
-    trips: list[str] = []
-    command, pipeline = store.execute_command, store.pipeline
-
-    def counting(*args, **options):
-        if threading.get_ident() == me:
-            trips.append(str(args[0]))
-        return command(*args, **options)
-
-    def counted_pipeline(*args, **options):
-        pipe = pipeline(*args, **options)
-        execute = pipe.execute
-
-        def sent(*a, **k):
-            if threading.get_ident() == me:
-                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
-            return execute(*a, **k)
-
-        pipe.execute = sent
-        return pipe
-
-    store.execute_command, store.pipeline = counting, counted_pipeline
+    trips = count_round_trips(store)
     outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
     assert outcome.action == "done" and outcome.reason == "completed"
     assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
@@ -124,7 +134,6 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
     """A turn with one tool round: the stop and drain flags the loop looks at between the round and the next step
     are read with the tool result's write (one pipeline: the fenced write, then the drain flag), not in a round trip
     of their own. A stop pressed while the tool ran is seen there: the next model step is never sent."""
-    import threading
 
     from agent.provider.rate_gate import LimitedProvider
     from agent.provider.scripted import reply_tool
@@ -133,30 +142,13 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
 
     for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
         store.script_load(script)
-    me = threading.get_ident()
-    trips: list[str] = []
+    command = store.execute_command
     stop_before_result: list[str] = []  # the unit whose stop is pressed just before its tool result is written
-    command, pipeline = store.execute_command, store.pipeline
 
-    def counting(*args, **options):
-        if threading.get_ident() == me:
-            trips.append(str(args[0]))
-        return command(*args, **options)
-
-    def counted_pipeline(*args, **options):
-        pipe = pipeline(*args, **options)
-        execute = pipe.execute
-
-        def sent(*a, **k):
-            if threading.get_ident() == me:
-                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
-                if trips[-1] == "EVALSHA+GET" and stop_before_result:
-                    unit = stop_before_result.pop()
-                    command("SET", keys.stop(keys.owner("chat", unit)), unit)
-            return execute(*a, **k)
-
-        pipe.execute = sent
-        return pipe
+    def before(sending: str) -> None:
+        if sending == "EVALSHA+GET" and stop_before_result:
+            unit = stop_before_result.pop()
+            command("SET", keys.stop(keys.owner("chat", unit)), unit)
 
     def run(unit: str) -> str:
         provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
@@ -171,7 +163,7 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
         return Execution(SETTINGS, Unit(Driver.CHAT_TURN, owner, unit), hostname="w@test", task_id=f"task-{unit}").run(
         ).reason
 
-    store.execute_command, store.pipeline = counting, counted_pipeline
+    trips = count_round_trips(store, before=before)
     assert run("t1") == "completed"
     assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+GET", "EVALSHA+EVALSHA", "EVALSHA"]
     stop_before_result.append("t2")
