@@ -143,6 +143,7 @@ class Answer:
     content: tuple[AnswerBlock, ...]  # in the order the model produced them, its reasoning first
     stop_reason: str | None
     usage: TokenUsage
+    model: str = ""  # the model the provider says answered (`gen_ai.response.model`); "" when it did not say
 
     @property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:

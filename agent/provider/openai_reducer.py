@@ -33,6 +33,7 @@ class ChatSnapshot:
     """The answer so far; `finished` only once a choice carried a `finish_reason`."""
 
     message_id: str = ""
+    model: str = ""
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)  # `reasoning_content` or `reasoning` deltas, in order
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -65,7 +66,7 @@ class ChatSnapshot:
             call_id = call["id"] or f"call_{self.message_id or 'x'}_{index}"
             content.append(ToolUseBlock(id=call_id, name=call["name"], input=tool_input))
         stop = STOP_REASONS.get(self.finish_reason or "", self.finish_reason)
-        return Answer(self.message_id, tuple(content), stop, self.usage)
+        return Answer(self.message_id, tuple(content), stop, self.usage, self.model)
 
 
 def usage_of(raw: dict[str, Any]) -> TokenUsage:
@@ -84,6 +85,8 @@ def accumulate(chunk: dict[str, Any], snapshot: ChatSnapshot) -> str | None:
     """Fold one chunk into the snapshot; returns the text it added (for live text), if any."""
     if not snapshot.message_id and chunk.get("id"):
         snapshot.message_id = str(chunk["id"])
+    if not snapshot.model and chunk.get("model"):
+        snapshot.model = str(chunk["model"])
     if chunk.get("usage"):
         snapshot.usage = usage_of(chunk["usage"])
     added: str | None = None

@@ -15,6 +15,7 @@ class Snapshot:
     """The answer so far. `stopped` only after `message_stop`: anything less is partial."""
 
     message_id: str = ""
+    model: str = ""
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     stop_reason: str | None = None
     input_tokens: int = 0
@@ -50,7 +51,7 @@ class Snapshot:
                 raw = block.get("partial_json", "")
                 tool_input = json.loads(raw) if raw else dict(block.get("input") or {})
                 content.append(ToolUseBlock(id=block["id"], name=block["name"], input=tool_input))
-        return Answer(self.message_id, tuple(content), self.stop_reason, self.usage)
+        return Answer(self.message_id, tuple(content), self.stop_reason, self.usage, self.model)
 
 
 def accumulate(event: dict[str, Any], snapshot: Snapshot) -> Snapshot:
@@ -59,6 +60,7 @@ def accumulate(event: dict[str, Any], snapshot: Snapshot) -> Snapshot:
     if kind == "message_start":
         message = event.get("message", {})
         snapshot.message_id = message.get("id", "")
+        snapshot.model = str(message.get("model") or "")
         usage = message.get("usage") or {}
         snapshot.input_tokens = usage.get("input_tokens", 0) or 0
         snapshot.output_tokens = usage.get("output_tokens", 0) or 0

@@ -94,6 +94,8 @@ class _AttemptSpan:
         attributes.update(usage_attributes(answer.usage))
         if answer.stop_reason:
             attributes["gen_ai.response.finish_reasons"] = [answer.stop_reason]
+        if answer.model:
+            attributes["gen_ai.response.model"] = answer.model
         attributes["baton.discarded"] = False
         if self._owner.content:
             attributes["gen_ai.output.messages"] = output_messages(answer)

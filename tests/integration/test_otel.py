@@ -104,6 +104,7 @@ def test_a_tool_round_is_one_execution_with_its_attempts_and_the_tool_that_ran(o
         assert attempt.attributes["gen_ai.operation.name"] == "chat"
         assert attempt.attributes["gen_ai.provider.name"] == "anthropic"
         assert attempt.attributes["gen_ai.request.model"] == "claude-test"
+        assert attempt.attributes["gen_ai.response.model"] == "claude-test"  # as the stream's message_start said
         assert attempt.attributes["baton.attempt"] == 1 and attempt.attributes["baton.discarded"] is False
         assert attempt.attributes["gen_ai.usage.input_tokens"] > 0
         assert attempt.attributes["gen_ai.usage.output_tokens"] > 0

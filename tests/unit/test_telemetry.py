@@ -39,7 +39,8 @@ def save(note: str) -> str:
 
 
 REQUEST = ProviderRequest(model="claude-test", messages=[{"role": "user", "content": "the user's words"}])
-ANSWER = Answer("m1", (TextBlock(text="the answer's words"),), "end_turn", TokenUsage(10, 5, 2, 3))
+ANSWER = Answer("m1", (TextBlock(text="the answer's words"),), "end_turn", TokenUsage(10, 5, 2, 3),
+                "claude-test-20261201")
 
 
 @pytest.fixture
@@ -121,6 +122,7 @@ def test_an_answered_attempt_and_a_discarded_one(traced):
     answered, discarded, cut = exporter.get_finished_spans()
     assert answered.name == "chat claude-test" and answered.attributes["gen_ai.provider.name"] == "anthropic"
     assert answered.attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
+    assert answered.attributes["gen_ai.response.model"] == "claude-test-20261201"
     assert answered.attributes["baton.discarded"] is False and answered.status.status_code is StatusCode.UNSET
     assert discarded.status.status_code is StatusCode.ERROR and discarded.attributes["baton.discarded"] is True
     assert discarded.attributes["error.type"] == str(classify(broken.cause).failure_class)
