@@ -1,7 +1,7 @@
 """The Celery edge, by concept.
 
     app.py       the Celery app (drivers and runtime registered through `include`)
-    client.py    the Python client a web app calls
+    client/      the Python client a web app calls (sync and asyncio), and what it checks before enqueueing
     store/       Redis state: keys, fenced writes, journal and ledger, leases, records, reads
     execution/   one execution of a unit: the flow, how it settles, its wiring and watcher
     drivers/     the Celery tasks (chat turn, coding run, ping) and outcome -> Celery action

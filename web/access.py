@@ -6,7 +6,7 @@ with either parameter is covered without a line of its own; the one route whose 
 `POST /api/runs`, draws the new id first and asks through the same `authorize_or_hide`.
 
 A refusal is the 404 an unknown id gets on that route, word for word (the clients' own NotFound, built in
-tasks/client_core.py), and it is answered whether or not the id exists: a caller learns nothing by probing ids.
+tasks/client/core.py), and it is answered whether or not the id exists: a caller learns nothing by probing ids.
 On the routes where a chat "exists as soon as it is named" (messages, retry, stop, transcript, stream), an
 unknown chat is not a 404 at all; a refused one answers `no chat ID` there.
 """
@@ -21,8 +21,8 @@ from typing import Any, Literal
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from tasks import client_core as core
-from tasks.client_core import NotFound
+from tasks.client import core
+from tasks.client.core import NotFound
 from web.ids import check_id
 
 log = logging.getLogger("baton.web")

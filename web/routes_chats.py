@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sse_starlette import EventSourceResponse
 
-from tasks.attachments import Attachment
+from tasks.client.attachments import Attachment
 from tasks.store import keys
 from web import access, deps
 from web.bodies import MessageIn

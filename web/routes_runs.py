@@ -11,8 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
-from tasks import client_core as core
-from tasks.client import AsyncClient
+from tasks.client import AsyncClient, core
 from tasks.store import keys
 from web import access, deps
 from web.bodies import RunIn

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from fastapi import HTTPException, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from tasks.client_core import check_stream_id
+from tasks.client.core import check_stream_id
 from tasks.store import keys
 from tasks.store.tail import BLOCK_MS, START, tail
 

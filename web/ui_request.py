@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.attachments import Attachment
+from tasks.client.attachments import Attachment
 
 
 class ChatIn(BaseModel):

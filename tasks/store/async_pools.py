@@ -13,9 +13,8 @@ from typing import cast
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from config.settings import Settings
-from tasks.client_core import STORE_CONNECT_TIMEOUT
 from tasks.store import keys
-from tasks.store.connect import POOL_WAIT_SECONDS, new_async_store_client
+from tasks.store.connect import POOL_WAIT_SECONDS, STORE_CONNECT_TIMEOUT, new_async_store_client
 from tasks.store.tail import BLOCK_MS
 
 COMMAND_CONNECTIONS = 8  # the short commands' pool: a burst waits for a warm connection rather than opening more

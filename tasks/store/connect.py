@@ -38,6 +38,9 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from config.settings import Settings
 from tasks.store import keys
 
+# A client that cannot reach the store says so within seconds instead of waiting on the kernel's connect timeout.
+STORE_CONNECT_TIMEOUT = 5.0
+
 # Shared by every client: keep TCP connections alive and check an idle one before use.
 CLIENT_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
 # Through Sentinel a command may land in a failover: the old master's socket closes, and for a moment the

@@ -9,7 +9,7 @@ read from the units' own records: two more pipelined round trips, whatever the p
 
 The order is (last activity, owner id) descending, the order Redis itself keeps a sorted set in, and a cursor
 names the last item of a page, so paging while chats move to the top neither repeats nor skips one that did not
-move. The functions here are pure; `Client` and `AsyncClient` do the I/O (tasks/client_core.py).
+move. The functions here are pure; `Client` and `AsyncClient` do the I/O (tasks/client/core.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ waiters with one XREAD on one connection and hands each waiter the entries after
 A waiter whose stream is not in the XREAD being blocked on is added by unblocking that XREAD (CLIENT UNBLOCK,
 from another connection); the reader then reads again with the new stream in. Should that miss (the XREAD not
 yet blocked at the server, or its connection replaced), the waiter loses nothing: it reads its record after
-each quiet second anyway (`client_core.settled_news`), and the reader takes its stream in at its next read.
+each quiet second anyway (`tasks.client.core.settled_news`), and the reader takes its stream in at its next read.
 
 On a Redis Cluster one XREAD reads the streams of one slot only, and CLIENT UNBLOCK must reach the node the XREAD
 waits on: there each waiter reads its own stream (`OwnReads`).

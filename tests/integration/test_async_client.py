@@ -203,6 +203,6 @@ def test_the_readme_fastapi_example_runs_as_written(stack, tmp_path: Path):
 
 
 def test_the_async_client_is_importable_from_tasks_client():
-    from tasks.async_client import AsyncClient as Direct
+    from tasks.client.async_client import AsyncClient as Direct
 
     assert AsyncClient is Direct

@@ -13,8 +13,8 @@ from agent.agents import AgentError, Registry
 from agent.agents.pinning import UPGRADED_NOTICE, choose, chosen_model
 from agent.agents.resolved import Resolved, resolve
 from agent.history.request import calls_as_text
-from tasks.agent_pick import pick_agent
-from tasks.client_core import ValidationError
+from tasks.client.agent_pick import pick_agent
+from tasks.client.core import ValidationError
 from tasks.store.agents import fold
 from tests.support.counting_tools import lookup, record_note
 

@@ -8,8 +8,8 @@ import pytest
 
 from agent.messages import Message, TextBlock, user_text
 from agent.messages.media import digest, file_block
-from tasks.attachments import Attachment, check_attachments
-from tasks.client_core import ValidationError
+from tasks.client.attachments import Attachment, check_attachments
+from tasks.client.core import ValidationError
 from web.ui_messages import history, turns_of
 from web.ui_request import Send, asked
 
@@ -61,7 +61,7 @@ def test_the_history_gives_a_users_files_as_file_parts_served_by_the_files_route
 def test_resending_a_failed_turns_message_retries_it_only_with_the_same_files():
     """`send_message` retries the chat's failed last turn when its message is repeated: the same text and the same
     files in the same order; other files make it a new message."""
-    from tasks.client_core import same_message
+    from tasks.client.core import same_message
     from tasks.store.records import UnitRecord
 
     image, pdf = file_block(PNG, "image/png"), file_block(PDF, "application/pdf")

@@ -175,9 +175,9 @@ PROJECT_PACKAGES = ("agent", "tasks", "config")
 # defines must map to a class other than `unknown`.
 NOT_A_UNITS_FAILURE = {
     "agent.errors.AwaitingApproval": "a signal: the unit parks in `waiting` for a person",
-    "tasks.client_core.ValidationError": "bad input, raised to the caller before anything is enqueued",
-    "tasks.client_core.NotFound": "an unknown id, raised to the caller",
-    "tasks.client_core.Busy": "on_busy='reject' refused a message, raised to the caller; nothing was enqueued",
+    "tasks.client.core.ValidationError": "bad input, raised to the caller before anything is enqueued",
+    "tasks.client.core.NotFound": "an unknown id, raised to the caller",
+    "tasks.client.core.Busy": "on_busy='reject' refused a message, raised to the caller; nothing was enqueued",
     "config.settings.SettingsError": "a bad setting stops the process at start, naming the variable",
     "agent.messages.media.FileRefused": "a file a message cannot carry, refused to the caller before any enqueue",
     "tasks.store.budget_rules.BudgetError": "a bad scope or limit, raised to the caller as its ValidationError",

@@ -8,8 +8,7 @@ import json
 import fakeredis
 import pytest
 
-from tasks import client_core as core
-from tasks import client_kept as kept
+from tasks.client import core, kept
 from tasks.store import deletion, keys, listing
 from tasks.store.enqueue import Enqueue
 from tasks.store.records import UnitRecord

@@ -8,7 +8,7 @@ import fakeredis
 import pytest
 
 from agent.messages import INTERRUPTED_NOTICE, STOPPED_NOTICE, stop_notice
-from tasks.client_core import ValidationError, check_on_busy
+from tasks.client.core import ValidationError, check_on_busy
 from tasks.execution.flow import Loaded, stopping
 from tasks.store import keys
 from tasks.store.enqueue import Enqueue, Enqueued

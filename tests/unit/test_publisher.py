@@ -9,7 +9,7 @@ from kombu.exceptions import BatchPublishError
 from kombu.transport import redis as kombu_redis
 
 from config.settings import Settings
-from tasks.publisher import Publisher
+from tasks.client.publisher import Publisher
 from tasks.runtime import kombu_fixes
 from tasks.store import keys
 from tasks.store.records import UnitRecord

@@ -7,10 +7,10 @@ import time
 import fakeredis
 import pytest
 
-from tasks.client_core import NotFound, SettledTails
+from tasks.client.core import NotFound, SettledTails
+from tasks.client.waiting import wait_settled
 from tasks.store import keys, settled
 from tasks.store.records import UnitRecord
-from tasks.waiting import wait_settled
 
 OWNER = keys.owner("chat", "c1")
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from config.settings import Settings
-from tasks.client_core import no_file, no_run, no_turn, no_waiting_call
+from tasks.client.core import no_file, no_run, no_turn, no_waiting_call
 from web import access
 from web.app import create_app
 

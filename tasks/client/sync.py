@@ -1,7 +1,7 @@
-"""The Python client a web app calls: send, wait, retry, stop, read transcripts, events and runs.
+"""`Client`, the synchronous client: send, wait, retry, stop, read transcripts, events, runs and chats.
 
-`Client` is synchronous; `AsyncClient` (tasks/async_client.py) is the same API as coroutines. Both are thin
-shells doing I/O around the I/O-free core in `tasks/client_core.py`.
+`AsyncClient` (async_client.py) is the same API as coroutines. Both are thin shells doing I/O around the I/O-free
+core in core.py.
 """
 
 from __future__ import annotations
@@ -15,28 +15,23 @@ from typing import Any, ParamSpec, TypeVar
 from agent.events import Event
 from agent.messages import Message
 from config.settings import Settings, load_settings
-from tasks import agent_pick
-from tasks import client_core as core
-from tasks import client_kept as kept
-from tasks.agent_picker import AgentPicker
-from tasks.async_client import AsyncClient
-from tasks.attachments import Attachment, check_attachments
-from tasks.client_budgets import Budgets
-from tasks.client_core import (
-    BY_MAX,
-    STORE_CONNECT_TIMEOUT,
+from tasks.client import agent_pick, core, kept
+from tasks.client.agent_picker import AgentPicker
+from tasks.client.attachments import Attachment, check_attachments
+from tasks.client.budgets import Budgets
+from tasks.client.core import (
     Busy,
     Kind,
-    NotFound,
     OnBusy,
     SettledTails,
     ValidationError,
 )
-from tasks.publisher import Publisher
+from tasks.client.publisher import Publisher
+from tasks.client.waiting import wait_settled
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
 from tasks.store.approvals import Decision, decide, find_waiting
-from tasks.store.connect import new_store_client
+from tasks.store.connect import STORE_CONNECT_TIMEOUT, new_store_client
 from tasks.store.enqueue import Enqueue
 from tasks.store.files import read as read_file
 from tasks.store.files import store as store_files
@@ -45,20 +40,6 @@ from tasks.store.reads import chat_head, load_record, load_transcript
 from tasks.store.records import RunRef, RunStatus, TurnRef, TurnResult, UnitRecord, run_status, turn_result
 from tasks.store.replies import hash_mapping, read_entries, stream_entries, text
 from tasks.store.xread import xread
-from tasks.waiting import wait_settled
-
-__all__ = [
-    "BY_MAX",
-    "AsyncClient",
-    "Attachment",
-    "Busy",
-    "Client",
-    "NotFound",
-    "OnBusy",
-    "Page",
-    "Unavailable",
-    "ValidationError",
-]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -11,8 +11,8 @@ from typing import Any
 import redis
 
 from config.settings import Settings
-from tasks.async_base import AsyncBase, reaching
-from tasks.client_core import NotFound, ValidationError
+from tasks.client.async_base import AsyncBase, reaching
+from tasks.client.core import NotFound, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import budget_rules, budgets, keys
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tasks import client_core as core
-from tasks.async_base import AsyncBase, reaching
-from tasks.client_core import Kind
+from tasks.client import core
+from tasks.client.async_base import AsyncBase, reaching
+from tasks.client.core import Kind
 from tasks.store import keys
 from tasks.store.approvals import DECIDE, Decided, Decision, decide_call, decided, waiting_call
 from tasks.store.records import UnitRecord

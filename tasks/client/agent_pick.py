@@ -1,12 +1,12 @@
 """Which agent and model a send names, checked against what the workers publish: a pure decision both clients make
-(their cached reads of the published list are tasks/agent_picker.py)."""
+(their cached reads of the published list are tasks/client/agent_picker.py)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from tasks.client_core import AgentPick, ValidationError
+from tasks.client.core import AgentPick, ValidationError
 from tasks.store.agents import Published
 
 # A client reads what the workers publish at most this often: a send then costs no read of its own. An unknown name

@@ -29,8 +29,6 @@ ON_BUSY: tuple[OnBusy, ...] = ("enqueue", "interrupt", "reject")
 
 BY_MAX = 200
 REASON_MAX = 2000
-# A client that cannot reach the store says so within seconds instead of waiting on the kernel's connect timeout.
-STORE_CONNECT_TIMEOUT = 5.0
 SETTLED_FIELD = b"u"
 
 

@@ -1,6 +1,6 @@
 """`AsyncClient`: every method of `Client` as a coroutine, with the same arguments, results and errors.
 
-The store is read and written with `redis.asyncio`; every decision in between is `tasks/client_core.py`'s, the
+The store is read and written with `redis.asyncio`; every decision in between is `tasks/client/core.py`'s, the
 same functions `Client` calls, so the two differ only in their I/O.
 
 The broker publish runs on a small thread pool of this client's own. Kombu's publish is synchronous (a socket
@@ -24,14 +24,12 @@ from typing import Any
 
 from agent.events import Event
 from agent.messages import Message
-from tasks import agent_pick
-from tasks import client_core as core
-from tasks import client_kept as kept
-from tasks.async_approvals import AsyncApprovals
-from tasks.async_base import reaching
-from tasks.attachments import Attachment, check_attachments
-from tasks.client_budgets import AsyncBudgets
-from tasks.client_core import Busy, Kind, OnBusy, ValidationError
+from tasks.client import agent_pick, core, kept
+from tasks.client.async_approvals import AsyncApprovals
+from tasks.client.async_base import reaching
+from tasks.client.attachments import Attachment, check_attachments
+from tasks.client.budgets import AsyncBudgets
+from tasks.client.core import Busy, Kind, OnBusy, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
 from tasks.store import enqueue as enqueue_script
@@ -55,7 +53,7 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
 
     Made outside a loop or in one; it connects lazily, inside the loop that first uses it. `await ac.aclose()`
     (or `async with AsyncClient() as ac`) releases its connections and threads. Its plumbing is
-    `tasks/async_base.py`'s, its approvals `tasks/async_approvals.py`'s, its budgets `tasks/client_budgets.py`'s.
+    `tasks/client/async_base.py`'s, its approvals `tasks/async_approvals.py`'s, its budgets `tasks/client/budgets.py`'s.
     """
 
     # -- chat turns ------------------------------------------------------------------------------

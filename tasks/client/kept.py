@@ -1,6 +1,6 @@
 """What `Client` and `AsyncClient` share for chats and runs a product keeps, lists and deletes, free of I/O.
 
-Beside tasks/client_core.py (the same "sans-I/O" core, for sending, waiting and deciding): the checks of a listing's
+Beside tasks/client/core.py (the same "sans-I/O" core, for sending, waiting and deciding): the checks of a listing's
 and an owner's arguments, the answers of `delete`, and the indexes a new run goes in.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.client_core import Busy, Kind, ValidationError
+from tasks.client.core import Busy, Kind, ValidationError
 from tasks.store import keys
 from tasks.store.deletion import Deleted
 from tasks.store.listing import LIMIT_MAX, Cursor

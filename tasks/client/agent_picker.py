@@ -10,9 +10,8 @@ from collections.abc import Awaitable, Callable
 import redis
 import redis.asyncio as aioredis
 
-from tasks import agent_pick
-from tasks import client_core as core
-from tasks.client_core import ValidationError
+from tasks.client import agent_pick, core
+from tasks.client.core import ValidationError
 from tasks.store import agents as published
 from tasks.store import keys
 from tasks.store.agents import Published

@@ -1,6 +1,6 @@
 """What every part of `AsyncClient` stands on: its connections (the store's two pools, the publish threads), the
 store reads it makes one at a time, the broker publish, and the guard that turns a store outage into
-`Unavailable`. `tasks/async_client.py` says why the publish runs on threads of its own."""
+`Unavailable`. `tasks/client/async_client.py` says why the publish runs on threads of its own."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, Self, TypeVar, cast
 
 from config.settings import Settings, load_settings
-from tasks import client_core as core
-from tasks.agent_picker import AsyncAgentPicker
-from tasks.client_core import Kind
-from tasks.publisher import BROKER_DOWN, Publisher
+from tasks.client import core
+from tasks.client.agent_picker import AsyncAgentPicker
+from tasks.client.core import Kind
+from tasks.client.publisher import BROKER_DOWN, Publisher
 from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.messages.media import FileBlock, FileRefused, check_count, check_file, file_block, sniff
-from tasks.client_core import ValidationError
+from tasks.client.core import ValidationError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from tasks import client_core as core
+from tasks.client import core
 from tasks.store import keys
 from tasks.store.reads import load_record
 from tasks.store.records import RunStatus, TurnResult, UnitRecord
