@@ -70,7 +70,7 @@ def category(frames: list[str]) -> str | None:
         return "provider call (SDK, HTTP, SSE)"
     if any("(celery/" in f or "(kombu/" in f for f in frames[-4:]):
         return "Celery, kombu and billiard (task protocol, results, acks)"
-    return "the unit's own Python (loop, events, JSON)"
+    return OWN
 
 
 def tally(path: Path, turns: int) -> Counter[str]:
@@ -85,6 +85,35 @@ def tally(path: Path, turns: int) -> Counter[str]:
         if name is not None:
             found[name] += int(count)
     return Counter({k: v * 1000 / RATE / turns for k, v in found.items()})
+
+
+OWN = "the unit's own Python (loop, events, JSON)"
+_PROJECT = re.compile(r"\((?:.*/)?((?:agent|tasks|config)/[^:)]*)\)")
+
+
+def hotspots(path: Path, turns: int, top: int = 15) -> list[tuple[str, float, float]]:  # noqa: C901
+    """Where the unit's own Python goes: (function, self ms, inclusive ms) a turn, by the project's functions.
+
+    A sample's self time goes to the leaf-most frame of agent/, tasks/ or config/ (the library code it called
+    counts as its); inclusive time to every project frame on the stack, once each."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        if not frames or "MainThread" not in frames[0] or not count.isdigit() or category(frames[1:]) != OWN:
+            continue
+        named = [f"{f.split(' (')[0]} ({m.group(1)})" for f in frames[1:] if (m := _PROJECT.search(f))]
+        for library in ("logging", "pydantic", "json"):  # what the project's code spends in them, whatever called
+            if any(f"/{library}/" in f or f"({library}/" in f for f in frames[1:]):
+                inclusive[f"[{library}]"] += int(count)
+        if named:
+            own[named[-1]] += int(count)
+            for name in set(named):
+                inclusive[name] += int(count)
+    scale = 1000 / RATE / turns
+    spots = [(name, own[name] * scale, inclusive[name] * scale) for name, _ in own.most_common(top)]
+    return spots + [(f"{lib} (any caller)", 0.0, inclusive[lib] * scale) for lib in ("[logging]", "[pydantic]", "[json]")]
 
 
 def record(pid: int, out: Path, run: object) -> None:
@@ -132,6 +161,7 @@ def main(turns: int = TURNS) -> list[Row]:
         record(child["baton"], stack.tmp / "baton.txt", lambda: baton(turns, "b"))
         record(child["naive"], stack.tmp / "naive.txt", lambda: loop(turns, "n"))
         sides = {"baton": tally(stack.tmp / "baton.txt", turns), "naive": tally(stack.tmp / "naive.txt", turns)}
+        spots = hotspots(stack.tmp / "baton.txt", turns)
         naive.close()
     names = sorted(set(sides["baton"]) | set(sides["naive"]), key=lambda k: -(sides["baton"][k] + sides["naive"][k]))
     print(f"  the pool child's main thread per turn, {turns} turns one after another (ms of samples, py-spy at "
@@ -141,6 +171,9 @@ def main(turns: int = TURNS) -> list[Row]:
         print(f"  {name:<58} {sides['baton'][name]:>8.2f} {sides['naive'][name]:>8.2f}", flush=True)
     totals = {side: sum(found.values()) for side, found in sides.items()}
     print(f"  {'total':<58} {totals['baton']:>8.2f} {totals['naive']:>8.2f}", flush=True)
+    print("  Baton's own Python, by the project function nearest the leaf (ms a turn: self, inclusive):", flush=True)
+    for name, self_ms, incl_ms in spots:
+        print(f"    {self_ms:6.3f} {incl_ms:6.3f}  {name}", flush=True)
     return [
         *(Row(f"Baton, per turn: {name}", sides["baton"][name], "ms", "—", f"info (naive {sides['naive'][name]:.2f})")
           for name in names),
