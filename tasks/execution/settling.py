@@ -132,12 +132,15 @@ class Settling:
     ) -> Outcome:
         """End the unit in one fenced write: its transcript, its kept round, its record and ending event, and what
         every terminal settle cleans up; a chat turn's write also reads whom to hand off to."""
+        used = state.usage
         log.info(
-            "%s %s %s%s",
+            "%s %s %s%s: %d attempts; input %d, cache writes %d, cache reads %d, output %d tokens",
             self.unit.event_prefix,
             self.unit.unit_id,
             status,
             f" ({failure.failure_class}: {failure.message})" if failure else "",
+            used.attempts, used.input_tokens, used.cache_creation_input_tokens, used.cache_read_input_tokens,
+            used.output_tokens,
             extra={"failure_class": failure.failure_class} if failure else {},
         )
         unit = self.unit
