@@ -21,12 +21,16 @@ keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair, 
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+import psutil
 from celery import Celery
 
 from bench._common import Row, Stack, fmt, judge, median, print_rows
@@ -77,6 +81,39 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
 
+PLACES = ("client", "worker main", "pool children", "redis-server")
+
+
+class CpuMeter:
+    """CPU seconds each process spends on one side's turns, taken around each turn: the client's own thread, the
+    worker's main process, its pool children, the redis-server. One turn at a time, so what a process does between
+    turns (the other side's turns, idle polls) is left out, and a turn's latency is close to their sum on a machine
+    whose cores the turn's processes take turns on."""
+
+    def __init__(self, worker: Worker, redis_pid: int) -> None:
+        main = psutil.Process(worker.proc.pid if worker.proc is not None else 0)
+        self.procs = {"worker main": [main], "pool children": main.children(),
+                      "redis-server": [psutil.Process(redis_pid)]}
+        self.spent: Counter[str] = Counter()
+        self.turns = 0
+
+    def _now(self) -> dict[str, float]:
+        now = {place: sum(sum(p.cpu_times()[:2]) for p in procs) for place, procs in self.procs.items()}
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return {**now, "client": usage.ru_utime + usage.ru_stime}
+
+    def measure(self, turn: Callable[[], float]) -> float:
+        before = self._now()
+        took = turn()
+        after = self._now()
+        self.spent.update({place: after[place] - before[place] for place in PLACES})
+        self.turns += 1
+        return took
+
+    def per_turn(self, place: str) -> float:
+        return self.spent[place] / max(self.turns, 1) * 1000
+
+
 def main(n: int = N, turns: int = TURNS) -> list[Row]:
     with Stack("naive", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         fake = stack.fake
@@ -91,7 +128,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                                                      "NAIVE_QUEUE": create_queue}, stack.tmp, concurrency=2)
         stack.workers.append(create_worker)
         create_worker.start(timeout=60)
-        stack.worker("w1", concurrency=2)
+        baton_worker = stack.worker("w1", concurrency=2)
         client = stack.client()
         naive = Celery("naive-client", broker=stack.url, backend=stack.url)
         naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
@@ -127,12 +164,15 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         naive_lat: list[float] = []
         create_lat: list[float] = []
         opened = {"baton": 0, "naive": 0}  # provider connections accepted during each side's latency turns
+        assert stack.redis_server is not None and stack.redis_server.proc is not None
+        cpu = {"baton": CpuMeter(baton_worker, stack.redis_server.proc.pid),
+               "naive": CpuMeter(naive_worker, stack.redis_server.proc.pid)}
         for i in range(n):
             at = fake.connections
-            baton_lat.append(baton_turn(f"lat-b-{stamp}-{i}"))
+            baton_lat.append(cpu["baton"].measure(lambda: baton_turn(f"lat-b-{stamp}-{i}")))  # noqa: B023
             opened["baton"] += fake.connections - at
             at = fake.connections
-            naive_lat.append(naive_turn(f"lat-n-{stamp}-{i}"))
+            naive_lat.append(cpu["naive"].measure(lambda: naive_turn(f"lat-n-{stamp}-{i}")))  # noqa: B023
             opened["naive"] += fake.connections - at
             create_lat.append(naive_turn(f"lat-s-{stamp}-{i}", create_queue))
 
@@ -195,6 +235,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
           f"Baton back to back ({PER_CHAT} per chat) {fmt(burst_tps)}/s -> {fmt(burst_ratio)}x of distinct; "
           f"{disorder} chats out of order",
           flush=True)
+    print("  CPU per turn by process, ms (the latency turns; the fake API's left out):", flush=True)
+    for place in (*PLACES, "total"):
+        b_ms = sum(cpu["baton"].per_turn(p) for p in PLACES) if place == "total" else cpu["baton"].per_turn(place)
+        n_ms = sum(cpu["naive"].per_turn(p) for p in PLACES) if place == "total" else cpu["naive"].per_turn(place)
+        print(f"    {place:<14} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
     print(f"  naive loop without streaming (messages.create): latency p50 {fmt(s50)} ms (Baton ÷ it "
           f"{fmt(b50 / s50)}x), {fmt(s_tps)} turns/s (Baton ÷ it {fmt(vs_create)}x)", flush=True)
     return [
@@ -208,6 +253,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             f"{judge(opened['baton'] / n, at_most=0)} (naive {fmt(opened['naive'] / n)})"),
         Row(f"turn latency ÷ naive, model calls of {MODEL_SECONDS * 1000:g} ms (p50 of {SLOW_N})", slow_b / slow_n,
             "x", "—", f"info ({fmt(slow_b)} vs {fmt(slow_n)} ms)"),
+        *(Row(f"CPU per turn, {place}: Baton", cpu["baton"].per_turn(place), "ms", "—",
+              f"info (naive {fmt(cpu['naive'].per_turn(place))} ms)") for place in PLACES),
+        Row("CPU per turn, these four processes: Baton ÷ naive",
+            sum(cpu["baton"].per_turn(p) for p in PLACES) / max(sum(cpu["naive"].per_turn(p) for p in PLACES), 1e-9),
+            "x", "—", "info"),
         Row("naive loop without streaming (messages.create) latency (p50)", s50, "ms", "—", "info"),
         Row("turn latency ÷ naive without streaming (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2 (median of {ROUNDS} rounds)", b_tps, "turns/s", "—",

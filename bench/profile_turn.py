@@ -91,7 +91,7 @@ OWN = "the unit's own Python (loop, events, JSON)"
 _PROJECT = re.compile(r"\((?:.*/)?((?:agent|tasks|config)/[^:)]*)\)")
 
 
-def hotspots(path: Path, turns: int, top: int = 15) -> list[tuple[str, float, float]]:  # noqa: C901
+def hotspots(path: Path, turns: int, top: int = 15) -> list[tuple[str, float, float]]:
     """Where the unit's own Python goes: (function, self ms, inclusive ms) a turn, by the project's functions.
 
     A sample's self time goes to the leaf-most frame of agent/, tasks/ or config/ (the library code it called
@@ -113,7 +113,8 @@ def hotspots(path: Path, turns: int, top: int = 15) -> list[tuple[str, float, fl
                 inclusive[name] += int(count)
     scale = 1000 / RATE / turns
     spots = [(name, own[name] * scale, inclusive[name] * scale) for name, _ in own.most_common(top)]
-    return spots + [(f"{lib} (any caller)", 0.0, inclusive[lib] * scale) for lib in ("[logging]", "[pydantic]", "[json]")]
+    libraries = ("[logging]", "[pydantic]", "[json]")
+    return spots + [(f"{lib} (any caller)", 0.0, inclusive[lib] * scale) for lib in libraries]
 
 
 def record(pid: int, out: Path, run: object) -> None:
