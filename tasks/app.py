@@ -30,4 +30,4 @@ INCLUDE = [
 settings = current()
 app = Celery("baton", include=INCLUDE)
 app.conf.update(celery_config(settings))
-app.conf.worker_consumer = "tasks.runtime.deadletter:DeadLetterConsumer"
+app.conf.worker_consumer = "tasks.runtime.consumer:WorkerConsumer"
