@@ -1,4 +1,4 @@
-"""Run every benchmark, print one Markdown table and write it to bench/RESULTS.md.
+"""Run every benchmark, print one Markdown table and write it to bench/RESULTS.md, above the sections written there.
 
     python -m bench.run_all            # all of them
     python -m bench.run_all drain      # only the named ones
@@ -28,6 +28,7 @@ SCRIPTS = [
     "turn_latency",
     "redis_roundtrips",
     "turn_trace",
+    "profile_turn",  # prints nothing without py-spy (not a dependency)
     "throughput",
     "drain",
     "faults",
@@ -45,6 +46,13 @@ SCRIPTS = [
     "cluster",
 ]
 RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def with_notes(report: str, existing: str) -> str:
+    """The new table in place of the old one, and the written sections after it (each a `## ` heading: analyses
+    of single benchmarks, and where a turn's time goes) kept: a full run used to write over them."""
+    at = existing.find("\n## ")
+    return report if at < 0 else report.rstrip("\n") + "\n" + existing[at:]
 
 
 def redis_version() -> str:
@@ -98,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - suite_started
     report = f"# Baton benchmarks\n\n{head}\n\n{table(sections)}\n\nWhole suite: {total:.0f} s.\n"
     print("\n" + report, flush=True)
-    RESULTS.write_text(report, encoding="utf-8")
+    existing = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    RESULTS.write_text(with_notes(report, existing), encoding="utf-8")
     print(f"written to {RESULTS}", flush=True)
     return 0 if all(r.verdict != "error" for _, _, rows in sections for r in rows) else 1
 
