@@ -31,8 +31,9 @@ from tasks.store.replies import text_or_none
 TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to the script (`fenced.fill`)
 
 # KEYS: record, queue, lease, stop, drain, transcript, then the start batch's keys. ARGV: unit id, token, ttl ms,
-# "1" to check the head, the start batch's ops ("" for none), the marks of TEXT and HISTORY_LEN, and the agent and
-# model the batch starts the unit with (JSON): a record naming others is started by the caller, which resolves them.
+# "1" to check the head, "1" when there is a start batch ("" for none), the marks of TEXT and HISTORY_LEN, the agent
+# and model the batch starts the unit with (JSON): a record naming others is started by the caller, which resolves
+# them; then the start batch's ops (`Batch.ops_args`).
 # Replies: {record} (missing or finished), {record, head} (not the head), {record, head, 0} (lease held),
 # {record, head, 1, stop, draining, transcript, started}. A nil head (not checked, or an empty queue) comes as false.
 _TAKE = RUN_OPS + """
@@ -69,7 +70,7 @@ if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and 
   local fills = {}
   fills[ARGV[6]] = text
   fills[ARGV[7]] = function() return tostring(redis.call('LLEN', KEYS[6])) end
-  run_ops(cjson.decode(ARGV[5]), 5, {}, fills)  -- the batch's keys follow this script's six
+  run_ops(10, 5, {}, fills)  -- the batch's keys follow this script's six, its ops its nine arguments
   started = 1
 end
 local last = -1
@@ -127,11 +128,12 @@ def take(
             lease.token,
             lease.ttl_ms,
             "1" if check_head else "0",
-            start.ops_json(compact=False) if start else "",
+            "1" if start else "",
             fill_mark(TEXT),
             fill_mark(HISTORY_LEN),
             json.dumps(starts_as[0]),
             json.dumps(starts_as[1]),
+            *(start.ops_args(compact=False) if start else ()),
         ],
     )
     flat = reply[0]
