@@ -39,7 +39,9 @@ def test_demo_runs_all_six_scenarios_and_each_verdict_passes(tmp_path, demo_prov
     report = json.loads(out.stdout)
     names = [s["name"] for s in report["scenarios"]]
     assert len(names) == 6
-    assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6
+    assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6, [
+        (s["verdict"], s["summary"]) for s in report["scenarios"] if s["verdict"] != "pass"
+    ]
     stop = report["scenarios"][4]["timeline"]
     assert sum(1 for line in stop if line.startswith("turn.stopped")) == 1
     assert not any(line.startswith("turn.failed") for line in stop)
@@ -110,7 +112,9 @@ def test_demo_keep_serves_the_page_with_each_scenario_until_interrupted(tmp_path
         assert proc.stdout is not None
         report = json.loads(proc.stdout.readline())  # the report is printed before the demo waits
         pages = [s["page"] for s in report["scenarios"]]
-        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6
+        assert [s["verdict"] for s in report["scenarios"]] == ["pass"] * 6, [
+            (s["verdict"], s["summary"]) for s in report["scenarios"] if s["verdict"] != "pass"
+        ]
         assert [p.split("?")[1].split("=")[0] for p in pages] == ["chat", "chat", "chat", "run", "chat", "chat"]
         base, query = pages[0].split("/?")
         with urllib.request.urlopen(pages[0], timeout=10) as response:
