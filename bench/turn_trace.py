@@ -135,15 +135,25 @@ def classify(role: str, trip: Trip) -> str:
 
 
 def group(commands: list[Command]) -> list[Trip]:
-    """Round trips: a MULTI…EXEC block, or commands of one connection sent within PIPELINED_US of each other."""
+    """Round trips: a MULTI…EXEC block, or commands of one connection sent within PIPELINED_US of each other.
+
+    A command pipelined behind a blocking read is held by Redis until the read returns: MONITOR logs it then, right
+    after the write that woke the read (whichever connection made it), and it is the read's round trip."""
     open_trip: dict[str, Trip] = {}
     in_multi: set[str] = set()
     out: list[Trip] = []
+    last_logged = 0.0
     for c in commands:
         current = open_trip.get(c.addr)
-        same = current is not None and (
-            c.addr in in_multi or (c.ts - max(current.commands[-1].ts, current.commands[-1].end)) * 1e6 <= PIPELINED_US
+        behind_block = (
+            current is not None and '"BLOCK"' in current.commands[-1].text
+            and (c.ts - last_logged) * 1e6 <= 4 * PIPELINED_US  # MONITOR logs the woken read's reply first
         )
+        same = current is not None and (
+            c.addr in in_multi or behind_block
+            or (c.ts - max(current.commands[-1].ts, current.commands[-1].end)) * 1e6 <= PIPELINED_US
+        )
+        last_logged = max(c.ts, c.end)
         if same and current is not None:
             current.commands.append(c)
         else:

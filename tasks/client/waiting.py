@@ -1,10 +1,18 @@
-"""The sync client's `wait`: a turn or run's record read when its owner's settled signal names it, never polled."""
+"""The sync client's `wait`: a turn or run's record read when its owner's settled signal names it, never polled.
+
+On one Redis (or a Sentinel's master) the record's read goes in the same round trip as the blocking read of the
+signal, pipelined behind it: Redis holds a blocked client's next command until its XREAD returns, and runs it
+then, so the record comes back read just after the signal woke the caller (the settle's one script wrote both).
+The caller's wake and its read were two round trips in a row at the end of every turn (bench/turn_trace.py).
+A Redis Cluster keeps them apart (its XREAD goes straight to the streams' node, tasks/store/xread.py).
+"""
 
 from __future__ import annotations
 
 import time
 
 import redis
+from redis.cluster import RedisCluster
 
 from tasks.client import core
 from tasks.store import keys
@@ -45,8 +53,17 @@ def wait_settled(
             if done is not None:
                 return done
         block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-        entries = read_entries(xread(client, {key: last_id}, block=block_ms, count=100) or [])
+        store: object = client  # typed as the plain client (tasks/store/connect.py); it may be the cluster's
+        if isinstance(store, RedisCluster):
+            entries = read_entries(xread(client, {key: last_id}, block=block_ms, count=100) or [])
+            if core.settled_news(entries, unit):
+                rec, read = load_record(client, owner, unit), True
+        else:
+            pipe = client.pipeline(transaction=False)
+            pipe.xread({key: last_id}, block=block_ms, count=100)
+            pipe.hgetall(keys.record(owner, unit))  # runs once the read returns: read after any ending it signals
+            raw_entries, raw_rec = pipe.execute()
+            entries = read_entries(raw_entries or [])
+            rec, read = UnitRecord.from_hash(raw_rec), True
         if entries:
             last_id = entries[-1][0]
-        if core.settled_news(entries, unit):
-            rec, read = load_record(client, owner, unit), True
