@@ -27,8 +27,10 @@ from tasks.store.compaction import compacted
 # that check costs no round trip of its own. A command written `=COMMAND` is a read whose reply is appended to
 # `out`, so a read that must follow the write costs no round trip of its own either. With `fills` (JSON literal of
 # a `fill` marker -> JSON value, or a function giving it when first needed), every occurrence of a marker in an
-# argument is replaced by its value before the command runs.
+# argument is replaced by its value before the command runs. `pushed` keeps each list's length after the batch's
+# last RPUSH to it (its reply), for a fill that needs it without an LLEN of its own.
 RUN_OPS = """
+local pushed = {}
 local function filled(arg, fills)
   for mark, value in pairs(fills) do
     local at = string.find(arg, mark, 1, true)
@@ -62,6 +64,8 @@ local function run_ops(first, base, out, fills)
       end
     elseif string.sub(command, 1, 1) == '=' then
       out[#out + 1] = redis.call(string.sub(command, 2), key, unpack(args))
+    elseif command == 'RPUSH' then
+      pushed[key] = redis.call(command, key, unpack(args))
     else
       redis.call(command, key, unpack(args))
     end

@@ -69,7 +69,7 @@ if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and 
    and not string.find(text, '\\\\u', 1, true) then
   local fills = {}
   fills[ARGV[6]] = text
-  fills[ARGV[7]] = function() return tostring(redis.call('LLEN', KEYS[6])) end
+  fills[ARGV[7]] = function() return tostring(pushed[KEYS[6]] or redis.call('LLEN', KEYS[6])) end
   run_ops(10, 5, {}, fills)  -- the batch's keys follow this script's six, its ops its nine arguments
   started = 1
 end
