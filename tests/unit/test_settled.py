@@ -78,13 +78,28 @@ def client(store):
     c.close()
 
 
-def test_wait_returns_on_the_signal_of_a_park_and_reads_the_record_only_then(client, store, monkeypatch):
-    """Events of the turn (and another turn's signal) wake nothing; the park's signal returns at once, well
-    inside the quiet second after which a waiter would read the record anyway."""
+def test_wait_returns_on_the_signal_of_a_park_each_wake_one_round_trip_with_the_record(client, store, monkeypatch):
+    """Events of the turn wake nothing; the park's signal returns at once, well inside the quiet second after which
+    a waiter would read the record anyway. Each wake is one round trip: the record's read rides behind the
+    blocking read of the signal (another turn's signal wakes it too, and costs no more)."""
     _enqueue(store, "t1", status="running")
-    reads: list[str] = []
-    real = client.redis.hgetall
-    monkeypatch.setattr(client.redis, "hgetall", lambda key: reads.append(key) or real(key))
+    trips: list[list[str]] = []
+    bare: list[str] = []
+    real_pipeline, real_hgetall = client.redis.pipeline, client.redis.hgetall
+
+    def pipeline(*args, **kwargs):
+        pipe = real_pipeline(*args, **kwargs)
+        real_execute = pipe.execute
+
+        def execute(*a, **k):
+            trips.append([str(c[0][0]) for c in pipe.command_stack])
+            return real_execute(*a, **k)
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(client.redis, "pipeline", pipeline)
+    monkeypatch.setattr(client.redis, "hgetall", lambda key: bare.append(key) or real_hgetall(key))
 
     def worker() -> None:
         time.sleep(0.1)
@@ -103,4 +118,6 @@ def test_wait_returns_on_the_signal_of_a_park_and_reads_the_record_only_then(cli
     thread.join()
     assert (result.status, result.waiting_reason) == ("waiting", "approval")
     assert elapsed < 0.8, elapsed
-    assert len(reads) == 1  # the record, after its own signal (the first read is in wait's pipeline)
+    assert bare == []  # no read of the record on its own
+    assert trips[0] == ["XREVRANGE", "HGETALL"]  # the signal's tail and the record, before the first wait
+    assert 2 <= len(trips) - 1 <= 3 and all(t == ["XREAD", "HGETALL"] for t in trips[1:]), trips
