@@ -84,6 +84,8 @@ def classify(role: str, trip: Trip) -> str:
             return "send_task: result subscription (SUBSCRIBE, UNSUBSCRIBE)"
         if first.startswith('"LPUSH"'):
             return "send_task: publish (LPUSH)"
+        if first.startswith('"EVALSHA"') and "LPUSH" in " ".join(trip.inner):
+            return "send_message: record, queue, event, task message and task-sent event (one script)"
         if "task.sent" in t:
             return "send_task: task-sent event"
         if first.startswith(('"XREVRANGE"', '"XREAD"', '"HGETALL"')):

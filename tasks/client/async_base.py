@@ -118,6 +118,16 @@ class AsyncBase:
 
     # -- the broker ------------------------------------------------------------------------------
 
+    async def _prepared(self, rec: UnitRecord) -> list[list[str]]:
+        """`Publisher.prepared` on this client's threads: Celery builds a message in ~0.3 ms of Python, and its
+        producer pool may block, neither of which the event loop should wait for."""
+        if not self._publisher.broker_is_store:
+            return []
+        in_context = contextvars.copy_context().run  # the caller's span: the message carries its `traceparent`
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, in_context, self._publisher.prepared, rec, rec.task_id
+        )
+
     async def _send(self, rec: UnitRecord, task_id: str | None = None) -> None:
         """`Publisher.send` with its publish on this client's threads (see the module) and its store I/O here."""
         task_id = task_id or rec.task_id

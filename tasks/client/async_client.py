@@ -81,12 +81,13 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         new = core.new_turn(chat_id, text, now, pick, user=user, files=attached.blocks)
         owner = new.rec.owner_id
         await store_files(self._store, owner, attached.contents)  # before the turn that reads them can run
-        enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode)
+        message = await self._prepared(new.rec)  # for the enqueue to publish with the turn (see `Client`)
+        enqueued = await self._run_enqueue(new, now, if_failed=True, on_busy=mode, message=message)
         if enqueued.failed_last is not None:
             last = await self._record(owner, enqueued.failed_last)
             if last is not None and last.status == "failed" and core.same_message(last, text, attached.blocks):
                 return await self._retry_turn(last)
-            enqueued = await self._run_enqueue(new, now, if_failed=False, on_busy=mode)
+            enqueued = await self._run_enqueue(new, now, if_failed=False, on_busy=mode, message=message)
         if enqueued.busy is not None:
             raise Busy(chat_id, enqueued.busy)
         if enqueued.woken is not None:
@@ -97,7 +98,7 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
             new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
         if enqueued.settled_tail is not None:
             self._tails.note(owner, new.rec.unit_id, enqueued.settled_tail)
-        if enqueued.ahead == 0:
+        if enqueued.ahead == 0 and not enqueued.published:
             await self._send(new.rec)
         return new.ref
 
@@ -110,10 +111,11 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         return await self._agents.pick(owner, agent, model, self._last_turn)
 
     async def _run_enqueue(
-        self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy
+        self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy, message: list[list[str]]
     ) -> enqueue_script.Enqueued:
         call = enqueue_script.enqueue_call(
-            new.rec.owner_id, new.rec.unit_id, new.fields, new.event, now, if_failed=if_failed, on_busy=on_busy
+            new.rec.owner_id, new.rec.unit_id, new.fields, new.event, now, if_failed=if_failed, on_busy=on_busy,
+            message=message,
         )
         return enqueue_script.enqueued(await self._enqueue(keys=call.keys, args=call.args))
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import redis
 from celery import Celery
 from kombu.common import maybe_declare
 from kombu.exceptions import BatchPublishError
+from kombu.transport.redis import PublishBatch
 
 from config.celeryconfig import celery_config
 from config.settings import Settings
@@ -55,12 +57,31 @@ def _no_subscription(producer: object, task_id: str) -> None:
     return None
 
 
+class _Kept(PublishBatch):
+    """kombu's batch of a Redis channel's publish commands, kept instead of sent: `Publisher.prepared`'s."""
+
+    def __init__(self, channel: Any, max_size: int, into: list[list[str]]) -> None:
+        super().__init__(channel, max_size)
+        self._into = into
+
+    def flush(self) -> None:
+        self._into.extend([str(part) for part in args] for args, _options in self.pipeline.command_stack)
+        self.pipeline.reset()
+        self._buffered = 0
+
+
 class Publisher:
     def __init__(self, settings: Settings) -> None:
         install_kombu_fixes()  # one Redis client object per channel, not one per publish
         self.settings = settings
         self.celery = _Celery("baton-client")
         self.celery.conf.update(celery_config(settings))
+        # The broker is the store's own Redis (not a Sentinel's, whose master may move between the two reads of
+        # it, nor a cluster's, whose store is elsewhere): a turn's message may ride its enqueue (`prepared`).
+        self.broker_is_store = (
+            not settings.cluster and not settings.sentinels and settings.broker == settings.redis_url
+            and settings.broker.startswith(("redis://", "rediss://", "unix://"))
+        )
 
     def send(self, store: redis.Redis, rec: UnitRecord, task_id: str | None = None) -> None:
         """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
@@ -102,11 +123,36 @@ class Publisher:
         except Exception as err:  # a warm-up: the first send reports what is wrong
             log.debug("could not warm the broker connections up: %s", err)
 
+    def prepared(self, rec: UnitRecord, task_id: str) -> list[list[str]]:
+        """The Redis commands that would publish the unit's task (its LPUSH, and the task-sent event's PUBLISH), built
+        by Celery and kombu as `publish` builds them and not sent: for the store's enqueue script to run, in the
+        turn's own round trip (tasks/store/enqueue.py). Empty where the broker is not the store, or kombu would
+        send them at once rather than batch them."""
+        if not self.broker_is_store:
+            return []
+        kept: list[list[str]] = []
+        with self.celery.producer_or_acquire() as producer:
+            channel = producer.channel
+            batches = getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")
+            if not batches or getattr(channel, "global_keyprefix", None):  # a prefix kombu adds as it sends: not here
+                return []
+            with _keeping(channel, kept), producer.batch():
+                self._send_task(rec, task_id, producer)
+        return kept
+
     def publish(self, rec: UnitRecord, task_id: str) -> None:
         """The task message and its task-sent event (Flower's) in one batch: one round trip on Redis (on RabbitMQ
         they go one by one, as before). A batch that failed may or may not have been delivered, so it is published
         again the ordinary way, with Celery's retries: a second copy of a unit's message is harmless (the unit's
         record and lease turn it away), a lost one would not be."""
+        try:
+            with self.celery.producer_or_acquire() as producer, producer.batch():
+                self._send_task(rec, task_id, producer)
+        except BatchPublishError as err:
+            log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
+            self._send_task(rec, task_id, None)
+
+    def _send_task(self, rec: UnitRecord, task_id: str, producer: Any) -> None:
         if rec.kind == "run":
             name, args = "baton.coding_run", [rec.unit_id]
         else:
@@ -114,12 +160,7 @@ class Publisher:
         queue = rec.queue or self.settings.queue  # its agent's queue, when it has one
         # The sender's `traceparent` when this process traces; else no option at all: the message is as it was.
         traced = {"headers": headers} if (headers := trace_headers()) else {}
-        try:
-            with self.celery.producer_or_acquire() as producer, producer.batch():
-                self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, **traced)
-        except BatchPublishError as err:
-            log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
-            self.celery.send_task(name, args=args, task_id=task_id, queue=queue, **traced)
+        self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, **traced)
 
     def _start_next(self, store: redis.Redis, owner_id: str) -> None:
         """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not
@@ -131,3 +172,13 @@ class Publisher:
             self.publish(nxt, nxt.task_id)
         except BROKER_ERRORS as err:
             log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
+
+
+@contextlib.contextmanager
+def _keeping(channel: Any, into: list[list[str]]) -> Iterator[None]:
+    """While open, the channel's publish batches keep their commands in `into` instead of sending them."""
+    channel.create_publish_batch = lambda max_size: _Kept(channel, max_size, into)
+    try:
+        yield
+    finally:
+        del channel.create_publish_batch  # the class's own again

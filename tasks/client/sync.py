@@ -107,13 +107,17 @@ class Client(Budgets):
         new = core.new_turn(chat_id, text, now, pick, user=user, files=attached.blocks)
         owner, turn_id = new.rec.owner_id, new.rec.unit_id
         store_files(self.redis, owner, attached.contents)  # before the turn that reads them can run
-        enqueued = self._enqueue(self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode)
+        # Its task message, for the enqueue to publish with the turn when the broker is the store (else nothing).
+        message = self._publisher.prepared(new.rec, new.rec.task_id)
+        enqueued = self._enqueue(
+            self.redis, owner, turn_id, new.fields, new.event, now, if_failed=True, on_busy=mode, message=message
+        )
         if enqueued.failed_last is not None:  # the last turn failed: the same text retries it, other text is new
             last = load_record(self.redis, owner, enqueued.failed_last)
             if last is not None and last.status == "failed" and core.same_message(last, text, attached.blocks):
                 return self._retry_turn(last)
             enqueued = self._enqueue(
-                self.redis, owner, turn_id, new.fields, new.event, now, if_failed=False, on_busy=mode
+                self.redis, owner, turn_id, new.fields, new.event, now, if_failed=False, on_busy=mode, message=message
             )
         if enqueued.busy is not None:
             raise Busy(chat_id, enqueued.busy)
@@ -125,7 +129,7 @@ class Client(Budgets):
             new.rec.agent, new.rec.queue = enqueued.agent, enqueued.queue
         if enqueued.settled_tail is not None:
             self._tails.note(owner, turn_id, enqueued.settled_tail)
-        if enqueued.ahead == 0:
+        if enqueued.ahead == 0 and not enqueued.published:
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads
         # the queue inside its fenced write, atomic with this enqueue): published now, its message would only be

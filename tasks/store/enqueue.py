@@ -4,12 +4,18 @@ The new turn's record, its place in the chat's queue and turn list, its `turn.qu
 are written together, so a reader never sees a turn in the queue without its record. A failed last turn is
 handed back unwritten when asked: re-sending its text retries it instead (the caller compares the texts), and
 only then does the caller ask again with `if_failed` off.
+
+Where the broker is this same Redis, the caller may hand over the turn's task message as the Redis commands kombu
+would send (`Publisher.prepared`): the script runs them when the new turn is its chat's head, so the turn and its
+message are written in one round trip, and a queued turn is never left without its message by a caller that died
+between the two. A turn that is not the head is published by the settle ahead of it, as before; one that took the
+chat's agent goes to that agent's queue, which the prepared message may not name, and the caller publishes it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,11 +32,13 @@ OnBusy = Literal["enqueue", "interrupt", "reject"]
 # the chat's settled signal.
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
 # the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, the
-# person's listing index key before and after its user's name (`deletion.user_parts`), then the new record's fields
-# and values.
+# person's listing index key before and after its user's name (`deletion.user_parts`), the queue the prepared task
+# message goes to (the record's JSON of it) and the number of arguments that message's commands take (0: none),
+# those commands (each as its number of parts, then its name and arguments), then the new record's fields and
+# values.
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
 # the id of a parked head woken to stop ('' for none), the chat's agent and queue (JSON) when the turn took
-# them (else false), and the settled signal's last id ('0-0': none yet)}.
+# them (else false), the settled signal's last id ('0-0': none yet), 1 when the task message was published}.
 _ENQUEUE = """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
@@ -50,8 +58,9 @@ if last then
   status = redis.call('HGET', ARGV[1] .. last, 'status')
   if status == '"failed"' and ARGV[6] == '1' then return {'failed', last} end
 end
+local message_args = tonumber(ARGV[13])
 local fields = {}
-for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 14 + message_args, #ARGV do fields[#fields + 1] = ARGV[i] end
 -- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default),
 -- written after the caller's (a field named twice in one HSET takes its last value).
 local agent, agent_queue = false, false
@@ -98,7 +107,18 @@ if mode == 'interrupt' and #busy > 0 then
 end
 -- Where a caller that waits for this turn reads the settled signal from: every ending or park of it comes after.
 local tail = redis.call('XREVRANGE', KEYS[9], '+', '-', 'COUNT', 1)
-return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0'}
+local published = 0
+if message_args > 0 and queued == 1 and (not agent_queue or agent_queue == ARGV[12]) then
+  local at = 14
+  while at < 14 + message_args do
+    local parts = {}
+    for i = at + 1, at + tonumber(ARGV[at]) do parts[#parts + 1] = ARGV[i] end
+    at = at + 1 + tonumber(ARGV[at])
+    redis.call(unpack(parts))
+  end
+  published = 1
+end
+return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0', published}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -117,6 +137,7 @@ class Enqueued:
     queue: str | None = None  # and its queue
     # the chat's settled signal's last id when the turn was written (a read beside the write: not what it did)
     settled_tail: str | None = field(default=None, compare=False)
+    published: bool = False  # the script published the prepared task message (see the module)
 
 
 @dataclass(frozen=True)
@@ -136,9 +157,12 @@ def enqueue_call(
     *,
     if_failed: bool,
     on_busy: OnBusy = "enqueue",
+    message: Sequence[Sequence[str]] = (),
 ) -> EnqueueCall:
-    """The script's keys and arguments for writing turn `turn_id` (see `_ENQUEUE`)."""
+    """The script's keys and arguments for writing turn `turn_id` (see `_ENQUEUE`); `message`: the turn's task
+    message as the Redis commands that publish it, for the script to run when the turn is its chat's head."""
     fields = [part for item in record.items() for part in item]
+    commands = [part for command in message for part in (str(len(command)), *command)]
     return EnqueueCall(
         keys=[
             keys.turns(owner_id),
@@ -162,6 +186,9 @@ def enqueue_call(
             on_busy,
             "1" if record.get("agent", "null") == "null" else "0",
             *user_parts(owner_id),
+            record.get("queue", "null"),
+            str(len(commands)),
+            *commands,
             *fields,
         ],
     )
@@ -176,10 +203,12 @@ def enqueued(reply: list[Any]) -> Enqueued:
         return Enqueued(busy=text(reply[1]))
     ahead, woken = int(reply[1]) - 1, text(reply[2]) or None
     tail = text(reply[5]) if len(reply) > 5 and reply[5] else None
+    published = len(reply) > 6 and int(reply[6]) == 1
     if len(reply) > 3 and reply[3]:
         agent, queue = json.loads(text(reply[3])), json.loads(text(reply[4]))
-        return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue, settled_tail=tail)
-    return Enqueued(ahead=ahead, woken=woken, settled_tail=tail)
+        return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue, settled_tail=tail,
+                        published=published)
+    return Enqueued(ahead=ahead, woken=woken, settled_tail=tail, published=published)
 
 
 SCRIPT = _ENQUEUE
@@ -202,9 +231,12 @@ class Enqueue:
         *,
         if_failed: bool,
         on_busy: OnBusy = "enqueue",
+        message: Sequence[Sequence[str]] = (),
     ) -> Enqueued:
         """Write the new turn (and say how many turns are ahead of it); or, with `if_failed`, hand back the id
         of a failed last turn and write nothing; or, with `on_busy="reject"` and a turn unfinished, write nothing
         and name it. With `on_busy="interrupt"` every unfinished turn ahead is marked to stop, in the same script."""
-        call = enqueue_call(owner_id, turn_id, record, event, now, if_failed=if_failed, on_busy=on_busy)
+        call = enqueue_call(
+            owner_id, turn_id, record, event, now, if_failed=if_failed, on_busy=on_busy, message=message
+        )
         return enqueued(self._script(keys=call.keys, args=call.args, client=client))

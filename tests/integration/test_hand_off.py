@@ -52,3 +52,26 @@ def test_a_queued_turn_waits_without_a_message_and_the_heads_settle_starts_it(st
         ("turn.completed", t2.turn_id),
     ]
     assert worker.log().count(received) == 1  # the hand-off's: its only message
+
+
+def test_a_head_turns_message_rides_its_enqueue_and_runs(stack, monkeypatch):
+    """Broker and store one Redis: the turn's task message is in the broker's queue as soon as `send_message`
+    returns, with no publish of the client's own (counted), and a worker runs it; a turn behind it is published
+    by the head's settle, as before."""
+    from tasks.client.publisher import Publisher
+
+    stack.fake_api.set_handler(Script([text("first done"), text("second done")]))
+    client = stack.client()
+    published: list[str] = []
+    real = Publisher.publish
+    monkeypatch.setattr(Publisher, "publish", lambda self, rec, task_id: published.append(task_id) or real(
+        self, rec, task_id))
+    r = redis.Redis.from_url(stack.redis_server.url)
+    t1 = client.send_message("c-ride", "first")
+    t2 = client.send_message("c-ride", "second")
+    queued = r.lrange(stack.queue, 0, -1)
+    assert [t1.task_id.encode() in m for m in queued] == [True]  # the head's message only, and not the client's
+    assert published == []
+    stack.worker()
+    assert client.wait(t1, timeout=30).reply == "first done"
+    assert client.wait(t2, timeout=30).reply == "second done"

@@ -76,3 +76,33 @@ def test_a_turn_behind_an_unfinished_one_says_how_many_are_ahead(store):
     store.lrem(keys.queue(OWNER), 0, "t2")
     store.lrem(keys.queue(OWNER), 0, "t3")  # all settled
     assert enqueue(store, OWNER, "t4", _fields("t4"), "{}", 1.0, if_failed=True) == Enqueued(ahead=0)
+
+
+MESSAGE = [["LPUSH", "celery", '{"body": "..."}'], ["PUBLISH", "/0.celeryev/task.sent", '{"event": "sent"}']]
+
+
+def test_a_head_turns_task_message_is_published_by_its_enqueue(store):
+    """Broker and store one Redis: the turn and its message in one script, the message only for the chat's head."""
+    found = Enqueue(store)(store, OWNER, "t1", _fields("t1"), "{}", 1.0, if_failed=True, message=MESSAGE)
+    assert found.published and found.ahead == 0
+    assert store.lrange("celery", 0, -1) == [b'{"body": "..."}']
+    behind = Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 2.0, if_failed=True, message=MESSAGE)
+    assert not behind.published and behind.ahead == 1  # the settle of t1 publishes it
+    assert store.llen("celery") == 1
+    assert UnitRecord.from_hash(store.hgetall(keys.record(OWNER, "t2"))) == UnitRecord.from_hash(_fields("t2"))
+
+
+def test_nothing_is_published_by_an_enqueue_that_writes_nothing(store):
+    _last_turn(store, "t1", "failed")
+    found = Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True, message=MESSAGE)
+    assert found == Enqueued(failed_last="t1") and not store.exists("celery")
+
+
+def test_a_turn_that_takes_the_chats_agent_on_another_queue_is_left_to_the_caller(store):
+    """The prepared message names the queue the caller picked; the chat's agent's queue is another: not published."""
+    store.hset(keys.record(OWNER, "t0"), mapping={**_fields("t0"), "status": '"completed"', "agent": '"coder"',
+                                                  "queue": '"coders"'})
+    store.rpush(keys.turns(OWNER), "t0")
+    found = Enqueue(store)(store, OWNER, "t1", _fields("t1"), "{}", 1.0, if_failed=True, message=MESSAGE)
+    assert found.inherited and found.queue == "coders" and not found.published
+    assert not store.exists("celery")
