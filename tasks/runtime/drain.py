@@ -38,6 +38,8 @@ from tasks.runtime.live_trim import trim_live_text
 from tasks.runtime.outage import Outage
 from tasks.runtime.retention import delete_doomed, expire_idle
 from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_messages, sweep_once
+from tasks.runtime.unacked import INTERVAL as UNACKED_INTERVAL
+from tasks.runtime.unacked import UnackedRestorer
 from tasks.store import agents as published_agents
 from tasks.store import budgets, connect, keys
 
@@ -135,6 +137,9 @@ def _sweep_forever(hostname: str) -> None:
     lost_messages = Outage(broker_place, interval) if elsewhere else store
     cleared = False  # a drain flag left by this hostname's previous life (it expires, but would drain us now)
     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
+    # A prefork worker's consumer restores kombu's unacked messages; no other does (tasks/runtime/unacked.py).
+    restorer = UnackedRestorer(app) if broker is not None and not _prefork[0] else None
+    next_restore = time.monotonic() + UNACKED_INTERVAL
     while True:
         with _telling(store):
             if client is None:
@@ -163,6 +168,10 @@ def _sweep_forever(hostname: str) -> None:
                     log.warning("republished %s: the broker lost its message before it started", owner_id)
                 if budgets.release_orphans(client):
                     log.warning("settled budget reservations of executions that lost their lease, at the worst case")
+        if restorer is not None and time.monotonic() >= next_restore:
+            next_restore = time.monotonic() + UNACKED_INTERVAL
+            with _telling(lost_messages):
+                restorer.restore()
         if _sweeper_halt.wait(interval):
             return
 
