@@ -16,8 +16,15 @@ OWNER = keys.owner("chat", "c1")
 
 
 class FakePublisher:
+    """A broker that is not the store: nothing rides the enqueue, every publish is `send`'s."""
+
+    broker_is_store = False
+
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+
+    def prepared(self, rec: UnitRecord, task_id: str) -> list[list[str]]:
+        return []
 
     def send(self, store, rec: UnitRecord, task_id: str | None = None) -> None:
         self.sent.append((rec.unit_id, task_id or rec.task_id))
