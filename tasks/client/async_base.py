@@ -22,6 +22,7 @@ from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
 from tasks.store.async_pools import AsyncPools
+from tasks.store.fenced import Batch
 from tasks.store.records import UnitRecord
 from tasks.store.replies import text
 from tasks.store.settled_watch import OwnReads, SettledWatch
@@ -118,11 +119,11 @@ class AsyncBase:
 
     # -- the broker ------------------------------------------------------------------------------
 
-    async def _prepared(self, rec: UnitRecord) -> list[list[str]]:
+    async def _prepared(self, rec: UnitRecord) -> Batch:
         """`Publisher.prepared` on this client's threads: Celery builds a message in ~0.3 ms of Python, and its
         producer pool may block, neither of which the event loop should wait for."""
         if not self._publisher.broker_is_store:
-            return []
+            return Batch()
         in_context = contextvars.copy_context().run  # the caller's span: the message carries its `traceparent`
         return await asyncio.get_running_loop().run_in_executor(
             self._threads, in_context, self._publisher.prepared, rec, rec.task_id

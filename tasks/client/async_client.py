@@ -33,6 +33,7 @@ from tasks.client.core import Busy, Kind, OnBusy, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import deletion, keys
 from tasks.store import enqueue as enqueue_script
+from tasks.store.fenced import Batch
 from tasks.store.files import read_async as read_file
 from tasks.store.files import store_async as store_files
 from tasks.store.listing import Page, aread_page
@@ -111,7 +112,7 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
         return await self._agents.pick(owner, agent, model, self._last_turn)
 
     async def _run_enqueue(
-        self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy, message: list[list[str]]
+        self, new: core.NewTurn, now: float, *, if_failed: bool, on_busy: OnBusy, message: Batch
     ) -> enqueue_script.Enqueued:
         call = enqueue_script.enqueue_call(
             new.rec.owner_id, new.rec.unit_id, new.fields, new.event, now, if_failed=if_failed, on_busy=on_busy,

@@ -22,6 +22,7 @@ from config.celeryconfig import celery_config
 from config.settings import Settings
 from tasks.reach import BROKER_ERRORS, Unavailable
 from tasks.runtime.kombu_fixes import install as install_kombu_fixes
+from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.withdrawal import withdraw
@@ -58,14 +59,17 @@ def _no_subscription(producer: object, task_id: str) -> None:
 
 
 class _Kept(PublishBatch):
-    """kombu's batch of a Redis channel's publish commands, kept instead of sent: `Publisher.prepared`'s."""
+    """kombu's batch of a Redis channel's publish commands, kept in `into` instead of sent: `Publisher.prepared`'s.
+    (`_buffered` is kombu's count of what a flush sends: none is left to send.)"""
 
-    def __init__(self, channel: Any, max_size: int, into: list[list[str]]) -> None:
+    def __init__(self, channel: Any, max_size: int, into: Batch) -> None:
         super().__init__(channel, max_size)
         self._into = into
 
     def flush(self) -> None:
-        self._into.extend([str(part) for part in args] for args, _options in self.pipeline.command_stack)
+        for args, _options in self.pipeline.command_stack:
+            command, key, *rest = (str(part) for part in args)
+            self._into.add(command, key, *rest)
         self.pipeline.reset()
         self._buffered = 0
 
@@ -76,8 +80,8 @@ class Publisher:
         self.settings = settings
         self.celery = _Celery("baton-client")
         self.celery.conf.update(celery_config(settings))
-        # The broker is the store's own Redis (not a Sentinel's, whose master may move between the two reads of
-        # it, nor a cluster's, whose store is elsewhere): a turn's message may ride its enqueue (`prepared`).
+        # The broker is the store's own Redis, by the same URL (not through Sentinels, not beside a cluster): a turn's
+        # message may ride its enqueue (`prepared`).
         self.broker_is_store = (
             not settings.cluster and not settings.sentinels and settings.broker == settings.redis_url
             and settings.broker.startswith(("redis://", "rediss://", "unix://"))
@@ -123,19 +127,19 @@ class Publisher:
         except Exception as err:  # a warm-up: the first send reports what is wrong
             log.debug("could not warm the broker connections up: %s", err)
 
-    def prepared(self, rec: UnitRecord, task_id: str) -> list[list[str]]:
+    def prepared(self, rec: UnitRecord, task_id: str) -> Batch:
         """The Redis commands that would publish the unit's task (its LPUSH, and the task-sent event's PUBLISH), built
         by Celery and kombu as `publish` builds them and not sent: for the store's enqueue script to run, in the
         turn's own round trip (tasks/store/enqueue.py). Empty where the broker is not the store, or kombu would
         send them at once rather than batch them."""
+        kept = Batch()
         if not self.broker_is_store:
-            return []
-        kept: list[list[str]] = []
+            return kept
         with self.celery.producer_or_acquire() as producer:
             channel = producer.channel
             batches = getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")
             if not batches or getattr(channel, "global_keyprefix", None):  # a prefix kombu adds as it sends: not here
-                return []
+                return kept
             with _keeping(channel, kept), producer.batch():
                 self._send_task(rec, task_id, producer)
         return kept
@@ -175,7 +179,7 @@ class Publisher:
 
 
 @contextlib.contextmanager
-def _keeping(channel: Any, into: list[list[str]]) -> Iterator[None]:
+def _keeping(channel: Any, into: Batch) -> Iterator[None]:
     """While open, the channel's publish batches keep their commands in `into` instead of sending them."""
     channel.create_publish_batch = lambda max_size: _Kept(channel, max_size, into)
     try:

@@ -15,7 +15,7 @@ chat's agent goes to that agent's queue, which the prepared message may not name
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ import redis
 
 from tasks.store import keys
 from tasks.store.deletion import user_parts
+from tasks.store.fenced import RUN_OPS, Batch
 from tasks.store.records import TERMINAL
 from tasks.store.replies import text
 
@@ -33,13 +34,13 @@ OnBusy = Literal["enqueue", "interrupt", "reject"]
 # ARGV: record key prefix, owner id, new turn id, now, the queued event, hand back a failed last turn ('1'/'0'),
 # the terminal statuses (JSON) as one space-separated list, on_busy, '1' when the turn keeps the chat's agent, the
 # person's listing index key before and after its user's name (`deletion.user_parts`), the queue the prepared task
-# message goes to (the record's JSON of it) and the number of arguments that message's commands take (0: none),
-# those commands (each as its number of parts, then its name and arguments), then the new record's fields and
-# values.
+# message goes to (the record's JSON of it), the number of the new record's fields and values and then them, then
+# the task message's commands as a fenced batch's ops (`RUN_OPS`), their keys after the script's nine (none: no
+# message).
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
 # the id of a parked head woken to stop ('' for none), the chat's agent and queue (JSON) when the turn took
 # them (else false), the settled signal's last id ('0-0': none yet), 1 when the task message was published}.
-_ENQUEUE = """
+_ENQUEUE = RUN_OPS + """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
 end
@@ -58,9 +59,9 @@ if last then
   status = redis.call('HGET', ARGV[1] .. last, 'status')
   if status == '"failed"' and ARGV[6] == '1' then return {'failed', last} end
 end
-local message_args = tonumber(ARGV[13])
+local after_fields = 14 + tonumber(ARGV[13])
 local fields = {}
-for i = 14 + message_args, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 14, after_fields - 1 do fields[#fields + 1] = ARGV[i] end
 -- A turn that names no agent keeps the chat's: the last turn's agent and queue (none before it: the fleet's default),
 -- written after the caller's (a field named twice in one HSET takes its last value).
 local agent, agent_queue = false, false
@@ -108,14 +109,8 @@ end
 -- Where a caller that waits for this turn reads the settled signal from: every ending or park of it comes after.
 local tail = redis.call('XREVRANGE', KEYS[9], '+', '-', 'COUNT', 1)
 local published = 0
-if message_args > 0 and queued == 1 and (not agent_queue or agent_queue == ARGV[12]) then
-  local at = 14
-  while at < 14 + message_args do
-    local parts = {}
-    for i = at + 1, at + tonumber(ARGV[at]) do parts[#parts + 1] = ARGV[i] end
-    at = at + 1 + tonumber(ARGV[at])
-    redis.call(unpack(parts))
-  end
+if after_fields <= #ARGV and queued == 1 and (not agent_queue or agent_queue == ARGV[12]) then
+  run_ops(after_fields, 8, {}, nil)
   published = 1
 end
 return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0', published}
@@ -157,12 +152,11 @@ def enqueue_call(
     *,
     if_failed: bool,
     on_busy: OnBusy = "enqueue",
-    message: Sequence[Sequence[str]] = (),
+    message: Batch | None = None,
 ) -> EnqueueCall:
     """The script's keys and arguments for writing turn `turn_id` (see `_ENQUEUE`); `message`: the turn's task
     message as the Redis commands that publish it, for the script to run when the turn is its chat's head."""
     fields = [part for item in record.items() for part in item]
-    commands = [part for command in message for part in (str(len(command)), *command)]
     return EnqueueCall(
         keys=[
             keys.turns(owner_id),
@@ -174,6 +168,7 @@ def enqueue_call(
             keys.stop(owner_id),
             keys.by_last(owner_id),
             keys.settled(owner_id),
+            *(message.keys if message else ()),
         ],
         args=[
             keys.record(owner_id, ""),
@@ -187,9 +182,9 @@ def enqueue_call(
             "1" if record.get("agent", "null") == "null" else "0",
             *user_parts(owner_id),
             record.get("queue", "null"),
-            str(len(commands)),
-            *commands,
+            str(len(fields)),
             *fields,
+            *(message.ops_args(compact=False) if message else ()),
         ],
     )
 
@@ -231,7 +226,7 @@ class Enqueue:
         *,
         if_failed: bool,
         on_busy: OnBusy = "enqueue",
-        message: Sequence[Sequence[str]] = (),
+        message: Batch | None = None,
     ) -> Enqueued:
         """Write the new turn (and say how many turns are ahead of it); or, with `if_failed`, hand back the id
         of a failed last turn and write nothing; or, with `on_busy="reject"` and a turn unfinished, write nothing

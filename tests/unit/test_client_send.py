@@ -10,6 +10,7 @@ import pytest
 from config.settings import Settings
 from tasks.client import Client
 from tasks.store import keys
+from tasks.store.fenced import Batch
 from tasks.store.records import UnitRecord
 
 OWNER = keys.owner("chat", "c1")
@@ -23,8 +24,8 @@ class FakePublisher:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
 
-    def prepared(self, rec: UnitRecord, task_id: str) -> list[list[str]]:
-        return []
+    def prepared(self, rec: UnitRecord, task_id: str) -> Batch:
+        return Batch()
 
     def send(self, store, rec: UnitRecord, task_id: str | None = None) -> None:
         self.sent.append((rec.unit_id, task_id or rec.task_id))

@@ -9,6 +9,7 @@ import pytest
 
 from tasks.store import keys
 from tasks.store.enqueue import Enqueue, Enqueued
+from tasks.store.fenced import Batch
 from tasks.store.records import UnitRecord
 
 OWNER = keys.owner("chat", "c1")
@@ -78,7 +79,7 @@ def test_a_turn_behind_an_unfinished_one_says_how_many_are_ahead(store):
     assert enqueue(store, OWNER, "t4", _fields("t4"), "{}", 1.0, if_failed=True) == Enqueued(ahead=0)
 
 
-MESSAGE = [["LPUSH", "celery", '{"body": "..."}'], ["PUBLISH", "/0.celeryev/task.sent", '{"event": "sent"}']]
+MESSAGE = Batch().add("LPUSH", "celery", '{"body": "..."}').add("PUBLISH", "/0.celeryev/task.sent", '{"event": "sent"}')
 
 
 def test_a_head_turns_task_message_is_published_by_its_enqueue(store):
