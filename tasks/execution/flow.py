@@ -333,7 +333,8 @@ class Execution(Starting, Seeding, RateWaiting):
 
     def _journal(self, rec: UnitRecord, loaded: Loaded) -> RedisJournal:
         """The unit's journal as its lease read it; the loop's look after a tool round rides the round's last result
-        (one Redis: the drain flag is on another slot, read in the same pipeline; a cluster's would ask two masters)."""
+        (the stop flag and this worker's drain flag are read by its write: on a cluster both are on the unit's slot,
+        as the take's reads of them are)."""
         unit = self.unit
         journal = self.journal = RedisJournal(
             self.client,
@@ -344,7 +345,7 @@ class Execution(Starting, Seeding, RateWaiting):
             loaded=loaded.journal,
             min_replicas=self.settings.redis_min_replicas,
         )
-        if self.watcher is not None and not keys.clustered():
+        if self.watcher is not None:
             journal.flags = Flags(keys.stop(unit.owner_id), self.watcher.drain_key, self.watcher.seen_with_results)
         return journal
 

@@ -259,14 +259,11 @@ class Fence:
         replicas: int = 0,
         timeout_ms: int = 0,
         via: redis.Redis | None = None,
-        also_get: str | None = None,
     ) -> list[Any]:
         """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
         `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
         `ReplicationUnconfirmed` if they do not within `timeout_ms`. `via`: the client of the master that holds
-        the batch's slot, on a cluster (`failover.master_of`), where a keyless WAIT would go to any node.
-        `also_get`: a key of another slot read right after the write in the same round trip (one Redis, not a
-        cluster, and without `replicas`), its value last among the replies."""
+        the batch's slot, on a cluster (`failover.master_of`), where a keyless WAIT would go to any node."""
         with self._lock:
             if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
                 batch, self._held = Batch().extend(self._held).extend(batch), None
@@ -276,19 +273,7 @@ class Fence:
                 return []
             keys, args = [self._lease_key, *batch.keys], [self._token, *batch.ops_args()]
             acked = replicas
-            extra: list[Any] = []
-            if also_get is not None and not replicas:
-                pipe = self._client.pipeline(transaction=False)
-                pipe.execute_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
-                pipe.get(also_get)
-                reply, got = pipe.execute(raise_on_error=False)
-                if isinstance(reply, NoScriptError):  # a restarted server: the write never ran; run it, once
-                    reply = self._script(keys=keys, args=args)
-                for answer in (reply, got):
-                    if isinstance(answer, Exception):
-                        raise answer
-                extra = [got]
-            elif not replicas:
+            if not replicas:
                 reply = self._script(keys=keys, args=args)
             else:
                 pipe = (via or self._client).pipeline(transaction=False)  # one connection: WAIT counts its writes
@@ -301,4 +286,4 @@ class Fence:
             raise ReplicationUnconfirmed(
                 f"{acked} of {replicas} replicas confirmed the write within {timeout_ms} ms"
             )
-        return [*reply[1:], *extra]
+        return list(reply[1:])

@@ -128,9 +128,9 @@ class RedisJournal:
         elif self.flags is not None and step_id.startswith("tool:") and record.get("status") == "done":
             # A tool's result, written after it ran: the stop and drain flags are read with it, so the loop's look
             # between this round and the next step costs no round trip of its own (`Flags`).
-            batch.read("GET", self.flags.stop_key)
-            *_, stop, draining = self._fence.commit(batch, also_get=self.flags.drain_key)
-            self.flags.read(text(stop) if stop is not None else None, draining is not None)
+            batch.read("GET", self.flags.stop_key).read("EXISTS", self.flags.drain_key)
+            *_, stop, draining = self._fence.commit(batch)
+            self.flags.read(text(stop) if stop is not None else None, bool(draining))
         else:
             self._fence.commit(batch)
         if arming:

@@ -39,10 +39,9 @@ class Store:
         commit = Fence.commit
 
         def waiting_commit(
-            fence: Fence, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0, via: Any = None,
-            also_get: str | None = None,
+            fence: Fence, batch: Batch, *, replicas: int = 0, timeout_ms: int = 0, via: Any = None
         ) -> list[Any]:
-            replies = commit(fence, batch, also_get=also_get)
+            replies = commit(fence, batch)
             if replicas and self.acks.pop(0) < replicas:
                 raise ReplicationUnconfirmed(f"0 of {replicas} replicas confirmed the write within {timeout_ms} ms")
             return replies

@@ -71,7 +71,7 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
 
 def count_round_trips(store, before=lambda sending: None) -> list[str]:
     """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
-    commands' names joined by `+` (`before(that)` runs just before a pipeline goes). Other threads' are not counted
+    commands' names joined by `+` (`before(that)` runs just before it goes). Other threads' are not counted
     (the live text writer's, the poller's)."""
     import threading
 
@@ -82,6 +82,7 @@ def count_round_trips(store, before=lambda sending: None) -> list[str]:
     def counting(*args, **options):
         if threading.get_ident() == me:
             trips.append(str(args[0]))
+            before(trips[-1])
         return command(*args, **options)
 
     def counted_pipeline(*args, **options):
@@ -130,23 +131,27 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
         assert budgets.read_budget(store, "all")["reserved_tokens"] == 0  # settled: nothing left held
 
 
-def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeypatch):
+@pytest.mark.parametrize("cluster_keys", [False, True], ids=["one-redis", "cluster-keys"])
+def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeypatch, cluster_keys):
     """A turn with one tool round: the stop and drain flags the loop looks at between the round and the next step
-    are read with the tool result's write (one pipeline: the fenced write, then the drain flag), not in a round trip
-    of their own. A stop pressed while the tool ran is seen there: the next model step is never sent."""
+    are read by the tool result's fenced write, not in a round trip of their own, with keys laid out for one Redis
+    and for a cluster (where this worker's drain flag has a copy on the unit's slot). A stop pressed while the tool
+    ran is seen there: the next model step is never sent."""
 
     from agent.provider.rate_gate import LimitedProvider
     from agent.provider.scripted import reply_tool
     from tasks.store import rate_limits
     from tasks.store.rate_limits import RedisGate
 
+    monkeypatch.setattr(keys, "_cluster", [cluster_keys])  # the process's layout (`keys.use_cluster`), put back after
+    monkeypatch.setattr(wiring, "store", lambda settings: store)  # as a cluster's client would, keeps that layout
     for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
         store.script_load(script)
     command = store.execute_command
     stop_before_result: list[str] = []  # the unit whose stop is pressed just before its tool result is written
 
     def before(sending: str) -> None:
-        if sending == "EVALSHA+GET" and stop_before_result:
+        if len(trips) == 4 and stop_before_result:  # take, preflight, the model step, now the tool's result
             unit = stop_before_result.pop()
             command("SET", keys.stop(keys.owner("chat", unit)), unit)
 
@@ -165,8 +170,8 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
 
     trips = count_round_trips(store, before=before)
     assert run("t1") == "completed"
-    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+GET", "EVALSHA+EVALSHA", "EVALSHA"]
+    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA", "EVALSHA+EVALSHA", "EVALSHA"]
     stop_before_result.append("t2")
     assert run("t2") == "stopped"
-    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+GET"]
+    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA"]
     assert "EVALSHA+EVALSHA" not in trips[4:]  # no second model step was asked for, let alone sent
