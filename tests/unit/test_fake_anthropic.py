@@ -110,18 +110,32 @@ def test_non_streaming_request_gets_whole_message(server: FakeMessagesServer) ->
     assert message.stop_reason == "tool_use" and message.usage.output_tokens == 5
 
 
+# What the SDK raises when the transport fails mid-stream: the transport's own error up to anthropic 2.16, its
+# connection error (a timeout one for a read timeout) with the transport's error as the cause from 2.17 on.
+MID_STREAM = (httpx2.TransportError, anthropic.APIConnectionError)
+
+
+def transport_error(raised: BaseException) -> BaseException | None:
+    """The transport's error behind what the SDK raised mid-stream (see `MID_STREAM`)."""
+    return raised if isinstance(raised, httpx2.TransportError) else raised.__cause__
+
+
 def test_drop_mid_stream_raises_remote_protocol_error(server: FakeMessagesServer) -> None:
-    """A dropped socket mid-stream surfaces as httpx2.RemoteProtocolError (incomplete chunked read),
+    """A dropped socket mid-stream surfaces as httpx2.RemoteProtocolError (incomplete chunked read; from 2.17 as the
+    cause of the SDK's connection error),
     never as a silently truncated message; the events before the drop were delivered."""
     like = text("a long answer that will be cut off")
     server.set_handler(Script([failing(Fault("drop", after_events=4), like)] * 2))
     seen: list[Any] = []
     with client_for(server) as client:
-        with pytest.raises(httpx2.RemoteProtocolError):
+        with pytest.raises(MID_STREAM) as raised:
             stream_raw(client, seen)
+        assert isinstance(transport_error(raised.value), httpx2.RemoteProtocolError)
+        assert not isinstance(raised.value, anthropic.APITimeoutError)
         assert [e.type for e in seen] == ["message_start", "content_block_start", "content_block_delta"]
-        with pytest.raises(httpx2.RemoteProtocolError):
+        with pytest.raises(MID_STREAM) as raised:
             final_message(client)
+        assert isinstance(transport_error(raised.value), httpx2.RemoteProtocolError)
 
 
 def test_drop_without_stream_is_api_connection_error(server: FakeMessagesServer) -> None:
@@ -139,8 +153,9 @@ def test_stall_trips_client_read_timeout(server: FakeMessagesServer) -> None:
     timeout = httpx2.Timeout(connect=5, read=0.5, write=5, pool=5)
     seen: list[Any] = []
     began = time.monotonic()
-    with client_for(server, timeout=timeout) as client, pytest.raises(httpx2.ReadTimeout):
+    with client_for(server, timeout=timeout) as client, pytest.raises(MID_STREAM) as raised:
         stream_raw(client, seen)
+    assert isinstance(transport_error(raised.value), httpx2.ReadTimeout)
     assert time.monotonic() - began < 5
     assert [e.type for e in seen] == ["message_start", "content_block_start"]
 
@@ -148,8 +163,9 @@ def test_stall_trips_client_read_timeout(server: FakeMessagesServer) -> None:
 def test_short_stall_then_close_is_a_drop(server: FakeMessagesServer) -> None:
     """When the stall ends before the client gives up, the server closes the socket: RemoteProtocolError."""
     server.set_handler(Script([failing(Fault("stall", after_events=2, seconds=0.2))]))
-    with client_for(server) as client, pytest.raises(httpx2.RemoteProtocolError):
+    with client_for(server) as client, pytest.raises(MID_STREAM) as raised:
         stream_raw(client, [])
+    assert isinstance(transport_error(raised.value), httpx2.RemoteProtocolError)
 
 
 def test_stop_during_stall_returns_promptly() -> None:
@@ -178,7 +194,7 @@ def test_stop_during_stall_returns_promptly() -> None:
         server.stop()
         worker.join(10)
     assert not worker.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], httpx2.RemoteProtocolError)
+    assert len(errors) == 1 and isinstance(transport_error(errors[0]), httpx2.RemoteProtocolError)
 
 
 def test_overloaded_event_mid_stream_raises_api_status_error(server: FakeMessagesServer) -> None:
