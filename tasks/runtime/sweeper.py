@@ -120,9 +120,11 @@ def publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
 
 KOMBU_UNACKED = "unacked"  # the hash where kombu's Redis transport keeps delivered, unacknowledged messages
 
-# Forget an owner only if nobody re-enqueued it since we read its score.
+# Forget an owner only if nobody re-enqueued it since we read its score. Compared as numbers: both texts are
+# one double's round-trip digits, but not always the same digits (redis-py 8.2 may print a score itself, %.17g).
 _FORGET = """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
 end
 return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import redis
 
 from tasks.store import keys
-from tasks.store.replies import text
+from tasks.store.replies import score_text, text
 
 
 def due(
@@ -22,7 +22,7 @@ def due(
     pipe = client.pipeline(transaction=False)
     for key in shard_keys:
         pipe.zrangebyscore(
-            key, "-inf", until, start=0 if limit else None, num=limit, withscores=True, score_cast_func=bytes.decode
+            key, "-inf", until, start=0 if limit else None, num=limit, withscores=True, score_cast_func=score_text
         )
     return [
         (key, text(member), str(score))

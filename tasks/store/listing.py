@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tasks.store import keys
-from tasks.store.replies import text, text_or_none
+from tasks.store.replies import score_text, text, text_or_none
 
 Kind = Literal["chat", "run"]
 LIMIT_MAX = 200
@@ -172,7 +172,7 @@ def zrange_kwargs(limit: int, before: Cursor | None) -> dict[str, Any]:
     return {
         "start": before.score if before is not None else "+inf", "end": "-inf", "desc": True, "byscore": True,
         "withscores": True, "offset": 0, "num": limit + 1 + (TIE_SLACK if before else 0),
-        "score_cast_func": bytes.decode,
+        "score_cast_func": score_text,
     }
 
 

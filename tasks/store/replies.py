@@ -67,8 +67,14 @@ def members(reply: ZSetRangeResponse) -> list[str]:
     return out
 
 
+def score_text(score: bytes | str) -> str:
+    """A WITHSCORES reply's score as text, for `score_cast_func`: as Redis printed it (bytes), or as redis-py 8.2
+    hands it to a client that decodes replies (text already)."""
+    return score.decode() if isinstance(score, bytes) else str(score)
+
+
 def scored_texts(reply: ZSetRangeResponse) -> list[tuple[str, str]]:
-    """Members and scores of a WITHSCORES reply read with `score_cast_func=bytes.decode`, both as text.
+    """Members and scores of a WITHSCORES reply read with `score_cast_func=score_text`, both as text.
 
     The score is kept as Redis printed it, so it can be compared exactly with a later ZSCORE.
     """
@@ -78,7 +84,7 @@ def scored_texts(reply: ZSetRangeResponse) -> list[tuple[str, str]]:
             raise TypeError("a sorted-set reply without scores")
         member, score = item
         if not isinstance(score, bytes | str):
-            raise TypeError("scores not read with score_cast_func=bytes.decode")
+            raise TypeError("scores not read with score_cast_func=score_text")
         out.append((text(member), text(score)))
     return out
 

@@ -55,11 +55,12 @@ def test_a_resp3_xread_reply_is_refused():
 
 
 def test_sorted_set_members_and_exact_scores(store):
-    """Members read as text; WITHSCORES with `score_cast_func=bytes.decode` keeps the score as Redis printed it."""
+    """Members read as text; WITHSCORES with `score_cast_func=replies.score_text` keeps the score as Redis printed
+    it."""
     store.zadd("z", {"chat:a": 1.5, "run:b": 1764581234.25})
     assert replies.members(store.zrangebyscore("z", "-inf", "+inf")) == ["chat:a", "run:b"]
     scored = replies.scored_texts(
-        store.zrangebyscore("z", "-inf", "+inf", withscores=True, score_cast_func=bytes.decode)
+        store.zrangebyscore("z", "-inf", "+inf", withscores=True, score_cast_func=replies.score_text)
     )
     assert scored == [("chat:a", "1.5"), ("run:b", "1764581234.25")]
     with pytest.raises(TypeError):
