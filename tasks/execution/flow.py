@@ -104,8 +104,8 @@ class Execution(Starting, Seeding, RateWaiting):
         lease = Lease(
             self.client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        self._note_replication()
         rec, taken = self._take(lease)
+        self._note_replication(taken)
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -127,13 +127,12 @@ class Execution(Starting, Seeding, RateWaiting):
         with traced(self.client, self.fence, unit, rec, taken.record) as span:  # `invoke_agent AGENT`, if tracing
             return span.ended(self._guarded(rec, loaded, lease), rec)
 
-    def _note_replication(self) -> None:
+    def _note_replication(self, taken: Taken) -> None:
         """Behind Sentinel or on a cluster, where the store can fail over under this execution: the replication
-        history now (before `take` may write the start), compared at the settle."""
-        if (master := master_of(self.client, self.unit.record_key)) is not None:
-            info = master.info("replication")
-            self.replication_id = replid(info)
-            REPLICAS.note(master, info)  # the replicas a write tool's entry waits for, read in the same reply
+        history as the take read it (before it wrote anything), compared at the settle."""
+        if taken.replication is not None and (master := master_of(self.client, self.unit.record_key)) is not None:
+            self.replication_id = replid(taken.replication)
+            REPLICAS.note(master, taken.replication)  # the replicas a write tool's entry waits for, in the same reply
 
     def _take(self, lease: Lease) -> tuple[UnitRecord | None, Taken]:
         """One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
@@ -152,6 +151,7 @@ class Execution(Starting, Seeding, RateWaiting):
             check_head=unit.driver is Driver.CHAT_TURN,
             start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
             starts_as=(default.name, default.model),
+            replication=master_of(self.client, unit.record_key) is not None,
         )
         self.choice = None
         rec = UnitRecord.from_hash(taken.record)

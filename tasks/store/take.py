@@ -14,14 +14,20 @@ puts the record's stored text (a JSON string literal) where the message's text g
 is exactly what the message's encoder writes (no `\\u` escape: Python's and pydantic's encoders differ there).
 Any other case (a retry, a resume, a draining worker, an escaped text, a message with files: their blocks are
 the record's, which the caller reads first) is started by the caller as before.
+
+Where the store can fail over under the execution (behind Sentinel, on a cluster), the script also reads its
+master's `INFO replication` before anything else (`replication`): the history a failover would change and the
+replicas a write tool waits for, which were a round trip of their own before every take.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import redis
+from redis._parsers.helpers import parse_info  # how redis-py reads an INFO reply: the same dict as `client.info()`
 
 from tasks.store import keys
 from tasks.store.fenced import RUN_OPS, Batch, fill_mark, registered
@@ -33,10 +39,13 @@ TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to t
 # KEYS: record, queue, lease, stop, drain, transcript, then the start batch's keys. ARGV: unit id, token, ttl ms,
 # "1" to check the head, "1" when there is a start batch ("" for none), the marks of TEXT and HISTORY_LEN, the agent
 # and model the batch starts the unit with (JSON): a record naming others is started by the caller, which resolves
-# them; then the start batch's ops (`Batch.ops_args`).
-# Replies: {record} (missing or finished), {record, head} (not the head), {record, head, 0} (lease held),
-# {record, head, 1, stop, draining, transcript, started}. A nil head (not checked, or an empty queue) comes as false.
+# them; "1" to read INFO replication; then the start batch's ops (`Batch.ops_args`).
+# Replies, after the INFO replication text (false when not asked): {record} (missing or finished), {record, head}
+# (not the head), {record, head, 0} (lease held), {record, head, 1, stop, draining, transcript, started}. A nil head
+# (not checked, or an empty queue) comes as false.
 _TAKE = RUN_OPS + """
+local info = false
+if ARGV[10] == '1' then info = redis.call('INFO', 'replication') end
 local rec = redis.call('HGETALL', KEYS[1])
 local status, history_len, generation, text, agent, model, files = nil, '-1', '0', nil, 'null', 'null', '[]'
 for i = 1, #rec, 2 do
@@ -50,15 +59,15 @@ for i = 1, #rec, 2 do
   elseif field == 'files' then files = rec[i + 1] end
 end
 if #rec == 0 or status == '"completed"' or status == '"failed"' or status == '"stopped"' then
-  return {rec}
+  return {info, rec}
 end
 local head = false
 if ARGV[4] == '1' then
   head = redis.call('LINDEX', KEYS[2], 0)
-  if head ~= ARGV[1] then return {rec, head} end
+  if head ~= ARGV[1] then return {info, rec, head} end
 end
 if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  return {rec, head, 0}
+  return {info, rec, head, 0}
 end
 local hl = tonumber(history_len) or -1
 local stop, draining = redis.call('GET', KEYS[4]), redis.call('EXISTS', KEYS[5])
@@ -70,12 +79,12 @@ if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and 
   local fills = {}
   fills[ARGV[6]] = text
   fills[ARGV[7]] = function() return tostring(pushed[KEYS[6]] or redis.call('LLEN', KEYS[6])) end
-  run_ops(10, 5, {}, fills)  -- the batch's keys follow this script's six, its ops its nine arguments
+  run_ops(11, 5, {}, fills)  -- the batch's keys follow this script's six, its ops its ten arguments
   started = 1
 end
 local last = -1
 if hl >= 0 then last = hl - 1 end
-return {rec, head, 1, stop, draining, redis.call('LRANGE', KEYS[6], 0, last), started}
+return {info, rec, head, 1, stop, draining, redis.call('LRANGE', KEYS[6], 0, last), started}
 """
 
 
@@ -84,6 +93,7 @@ class Taken:
     """What the first round trip read; `acquired` is None when the lease was not tried (see the module).
 
     `started`: the script wrote the `start` batch; `transcript` then ends with the message it pushed.
+    `replication`: the master's `INFO replication`, parsed, when asked for (else None).
     """
 
     record: dict[bytes | str, bytes | str]
@@ -93,6 +103,7 @@ class Taken:
     draining: bool = False
     transcript: list[bytes | str] | None = None
     started: bool = False
+    replication: dict[str, Any] | None = None
 
 
 def take(
@@ -105,6 +116,7 @@ def take(
     check_head: bool,
     start: Batch | None = None,
     starts_as: tuple[str, str] = ("", ""),
+    replication: bool = False,
 ) -> Taken:
     """Read the unit's record and, if it may run (unfinished, and with `check_head` its chat's head), take the
     lease and read the stop and drain flags and the transcript (to the unit's `history_len`, all when -1).
@@ -112,7 +124,7 @@ def take(
     `start`: a first generation's start, written with the lease when the record is one (see the module); it may
     leave the record's text (`fill(TEXT)`) and the transcript's length after its own pushes (`fill(HISTORY_LEN)`)
     to the script. `starts_as`: the agent and model `start` runs the unit with; only a record naming them (or
-    naming none) is started by it."""
+    naming none) is started by it. `replication`: read the master's INFO replication first (see the module)."""
     own = [
         keys.record(owner_id, unit_id),
         keys.queue(owner_id),
@@ -133,14 +145,19 @@ def take(
             fill_mark(HISTORY_LEN),
             json.dumps(starts_as[0]),
             json.dumps(starts_as[1]),
+            "1" if replication else "",
             *(start.ops_args(compact=False) if start else ()),
         ],
     )
+    info = parse_info(text_or_none(reply[0])) if reply[0] else None
+    reply = reply[1:]
     flat = reply[0]
     record = dict(zip(flat[::2], flat[1::2], strict=True))
     head = text_or_none(reply[1]) if len(reply) > 1 else None
     if len(reply) < 3:
-        return Taken(record, head, None)
+        return Taken(record, head, None, replication=info)
     if not reply[2]:
-        return Taken(record, head, False)
-    return Taken(record, head, True, text_or_none(reply[3]), bool(reply[4]), list(reply[5]), bool(reply[6]))
+        return Taken(record, head, False, replication=info)
+    return Taken(
+        record, head, True, text_or_none(reply[3]), bool(reply[4]), list(reply[5]), bool(reply[6]), replication=info
+    )

@@ -117,3 +117,29 @@ def test_a_turn_in_any_script_reaches_the_provider_and_the_transcript_as_written
     user, assistant = (load_message(raw) for raw in r.lrange("baton:{chat:c-intl}:transcript", 0, -1))
     assert user is not None and assistant is not None
     assert [b.text for b in user.content] == [question] and [b.text for b in assistant.content] == [answer]
+
+
+@pytest.mark.parametrize("case", ["runs", "not the head"])
+def test_the_take_reads_the_masters_replication_history_in_its_own_script(redis_server, case):
+    """Where the store can fail over (Sentinel, a cluster), the take's script reads INFO replication before it
+    writes anything: the history the settle compares and the replicas a write tool waits for come with the take,
+    whether or not the unit may run (fakeredis has no INFO: a real redis-server). Not asked, nothing is read."""
+    from tasks.store import keys
+    from tasks.store.lease import Lease
+    from tasks.store.records import UnitRecord
+    from tasks.store.take import take
+
+    client = redis.Redis.from_url(redis_server.url)
+    owner = keys.owner("chat", f"take-{case}")
+    rec = UnitRecord(kind="turn", owner_id=owner, unit_id="t1", text="hi", task_id="task-t1")
+    client.hset(keys.record(owner, "t1"), mapping=rec.to_hash())
+    client.rpush(keys.queue(owner), *(["t0"] if case == "not the head" else []), "t1")
+    lease = Lease(client, keys.lease(owner), "t1|w1|tok", ttl=30)
+    taken = take(client, lease, owner_id=owner, unit_id="t1", hostname="w1", check_head=True, replication=True)
+    assert taken.acquired is (True if case == "runs" else None)
+    assert taken.replication is not None
+    assert taken.replication["role"] == "master"
+    assert taken.replication["master_replid"] == client.info("replication")["master_replid"]
+    client.delete(keys.lease(owner))
+    again = take(client, lease, owner_id=owner, unit_id="t1", hostname="w1", check_head=True)
+    assert again.replication is None

@@ -8,6 +8,7 @@ exercised by tests/integration/test_sentinel.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -35,7 +36,16 @@ class Store:
         self.online = 1
         self.acks: list[int] = []
         lines = lambda: {f"slave{n}": {"state": "online"} for n in range(self.online)}  # noqa: E731
-        self.client.info = lambda section="": {"role": "master", "master_replid": "abc", **lines()}  # type: ignore[method-assign]
+        info = lambda section="": {"role": "master", "master_replid": "abc", **lines()}  # noqa: E731
+        self.client.info = info  # type: ignore[method-assign]
+        real_take = flow.take
+
+        def take(*args: Any, replication: bool = False, **kwargs: Any) -> Any:
+            # The take's script reads INFO replication where the store can fail over: here, the simulated reply.
+            taken = real_take(*args, **kwargs)
+            return dataclasses.replace(taken, replication=info() if replication else None)
+
+        monkeypatch.setattr(flow, "take", take)
         commit = Fence.commit
 
         def waiting_commit(
