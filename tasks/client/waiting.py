@@ -4,7 +4,9 @@ On one Redis (or a Sentinel's master) the record's read goes in the same round t
 signal, pipelined behind it: Redis holds a blocked client's next command until its XREAD returns, and runs it
 then, so the record comes back read just after the signal woke the caller (the settle's one script wrote both).
 The caller's wake and its read were two round trips in a row at the end of every turn (bench/turn_trace.py).
-A Redis Cluster keeps them apart (its XREAD goes straight to the streams' node, tasks/store/xread.py).
+On a Redis Cluster the same pipeline goes to the master of the owner's slot (both keys are on it), on that node's
+own connection (`xread.slot_node`); a slot that moved meanwhile is followed by reading the two apart, the cluster
+client's way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tasks.store import keys
 from tasks.store.reads import load_record
 from tasks.store.records import RunStatus, TurnResult, UnitRecord
 from tasks.store.replies import read_entries, stream_entries
-from tasks.store.xread import xread
+from tasks.store.xread import REROUTE, slot_node, xread
 
 
 def wait_settled(
@@ -53,17 +55,19 @@ def wait_settled(
             if done is not None:
                 return done
         block_ms = max(1, int(min(1.0, deadline - time.monotonic()) * 1000))
-        store: object = client  # typed as the plain client (tasks/store/connect.py); it may be the cluster's
-        if isinstance(store, RedisCluster):
-            entries = read_entries(xread(client, {key: last_id}, block=block_ms, count=100) or [])
-            if core.settled_news(entries, unit):
-                rec, read = load_record(client, owner, unit), True
-        else:
-            pipe = client.pipeline(transaction=False)
+        try:
+            pipe = (slot_node(client, key) or client).pipeline(transaction=False)
             pipe.xread({key: last_id}, block=block_ms, count=100)
             pipe.hgetall(keys.record(owner, unit))  # runs once the read returns: read after any ending it signals
             raw_entries, raw_rec = pipe.execute()
             entries = read_entries(raw_entries or [])
             rec, read = UnitRecord.from_hash(raw_rec), True
+        except REROUTE:
+            store: object = client  # typed as the plain client (tasks/store/connect.py); it may be the cluster's
+            if not isinstance(store, RedisCluster):
+                raise
+            entries = read_entries(xread(client, {key: last_id}, block=block_ms, count=100) or [])
+            if core.settled_news(entries, unit):
+                rec, read = load_record(client, owner, unit), True
         if entries:
             last_id = entries[-1][0]

@@ -33,6 +33,18 @@ def _args(streams: dict[str, str], block: int | None, count: int | None) -> list
     return [*args, "STREAMS", *streams.keys(), *streams.values()]
 
 
+def slot_node(client: redis.Redis, key: str) -> redis.Redis | None:
+    """On a cluster, the plain client of the master that holds `key`'s slot (as redis-py knows it now): commands of
+    one slot pipelined there are one round trip, where the cluster client would ask its node per command (an XREAD's
+    keys first, COMMAND GETKEYS). None on one Redis. A reply that says the slot moved (MOVED, ASK: `REROUTE`) means
+    the caller sends them again the usual way."""
+    store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
+    if not isinstance(store, RedisCluster):
+        return None
+    node: redis.Redis = store.get_node_from_key(key).redis_connection
+    return node
+
+
 def xread(client: redis.Redis, streams: dict[str, str], *, block: int | None = None, count: int | None = None) -> Any:
     """`client.xread(streams, count=count, block=block)`."""
     store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
