@@ -1,0 +1,121 @@
+"""A turn's cost in Redis commands, counted by MONITOR on a real redis-server: the guard issue #41 asked for.
+
+Turns of one tool round, one after another (each sent and waited for by the client, as a user's code would), on one
+worker at -c 1 whose tool does no I/O (`bench.tools:peek`), the real anthropic SDK against the fake Messages API.
+Every command Redis runs meanwhile is counted, in two kinds: those a client sent (each command of a pipeline: what
+round trips are made of, the worker's and the client's) and those Baton's scripts ran (what INFO commandstats counts
+besides, and bench.turn_trace with it). The ceilings are this stop's counts with room for the worker's idle traffic,
+so a change that adds a command or a round trip to a turn fails here, and says which command it added.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support.fake_anthropic import text, tool_call
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.integration
+
+TURNS = 12
+# Per turn, measured at this stop (2026-12-05): 20.0 commands sent (9 EVALSHA, 9 of kombu's for the message's
+# delivery and ack, the client's XREAD and HGETALL) and 52.0 run by scripts. The room, 0.75 a turn, is for the idle
+# traffic a slow turn meets (the poller's look every 0.5 s while a unit runs, the sweeper's pass every 2 s): one
+# command more in every turn is more than that. The task events' PUBLISH is left out: Celery's buffer is flushed by
+# a 0.1 s timer (tasks/runtime/task_events.py), so their count follows the machine's speed, not the turn's work.
+SENT_CEILING = 20.75
+SCRIPTED_CEILING = 52.75
+TIMED = {"PUBLISH"}
+START, END = "baton-guard-start", "baton-guard-end"
+
+
+class Monitor:
+    """Every command the server runs from `START` to `END` (two ECHOs this test sends), read on a thread, less those
+    of the connection at `probe` (the test's own looks)."""
+
+    def __init__(self, url: str, probe: str) -> None:
+        self._probe = probe
+        self._client = redis.Redis.from_url(url)
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()  # MONITOR is in force once this returns: nothing sent after it is missed
+        self.seen: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        counting = False
+        for entry in self._monitor.listen():
+            command = entry["command"]
+            if command == f"ECHO {START}":
+                counting = True
+            elif command == f"ECHO {END}":
+                return
+            elif counting and f"{entry['client_address']}:{entry['client_port']}" != self._probe:
+                self.seen.append(entry)
+
+    def close(self) -> None:
+        self._thread.join(30)
+        self._monitor.__exit__(None, None, None)
+        self._client.close()
+
+
+def per_turn(entries: list[dict[str, Any]]) -> tuple[Counter[str], Counter[str]]:
+    """Commands by name, those clients sent (less the `TIMED` ones) and those scripts ran."""
+    sent: Counter[str] = Counter()
+    scripted: Counter[str] = Counter()
+    for entry in entries:
+        name = entry["command"].split(" ", 1)[0].upper()
+        if entry["client_type"] == "lua":
+            scripted[name] += 1
+        elif name not in TIMED:
+            sent[name] += 1
+    return sent, scripted
+
+
+def shown(counts: Counter[str]) -> str:
+    return ", ".join(f"{name} {n / TURNS:.2f}" for name, n in counts.most_common())
+
+
+@pytest.fixture
+def counted(stack) -> Iterator[Any]:
+    stack.env["BATON_TOOLS"] = "bench.tools:TOOLS"  # a tool with no I/O: the counts are Baton's own
+    stack.fake_api.set_handler(
+        lambda body, index: tool_call("peek", {"key": "a"}) if index % 2 == 0 else text("The answer is A.")
+    )
+    stack.worker(concurrency=1)
+    yield stack
+
+
+def test_a_turn_of_one_tool_round_stays_under_its_redis_command_ceilings(counted):
+    client = counted.client()
+    assert client.wait(client.send_message("warm", "what is a?"), timeout=60).status == "completed"
+    # One connection, so its commands are known by its address and left out of the count.
+    probe = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(counted.redis_server.url,
+                                                                           max_connections=1))
+    address = probe.client_info()["addr"]
+
+    def acked() -> None:
+        # A turn's ack (acks_late) comes after its settle, which is what the client's wait returns on: the window
+        # opens and closes with no message unacknowledged, so it holds every turn's ack and no other.
+        wait_until(lambda: probe.hlen("unacked") == 0, 30, what="the worker's ack of the last turn")
+
+    monitor = Monitor(counted.redis_server.url, address)
+    try:
+        acked()
+        probe.echo(START)
+        for i in range(TURNS):
+            result = client.wait(client.send_message(f"guard-{i}", "what is a?"), timeout=60)
+            assert result.status == "completed" and result.reply == "The answer is A."
+        acked()
+        probe.echo(END)
+    finally:
+        monitor.close()
+    sent, scripted = per_turn(monitor.seen)
+    assert sum(sent.values()) / TURNS <= SENT_CEILING, f"sent per turn: {shown(sent)}"
+    assert sum(scripted.values()) / TURNS <= SCRIPTED_CEILING, f"run by scripts per turn: {shown(scripted)}"
