@@ -116,6 +116,8 @@ def test_a_turn_of_one_tool_round_stays_under_its_redis_command_ceilings(counted
         probe.echo(END)
     finally:
         monitor.close()
+    last = counted.fake_api.requests[-1]["messages"][-1]["content"][0]
+    assert last["type"] == "tool_result" and "value-of-a" in str(last["content"])  # the round ran the no-I/O tool
     sent, scripted = per_turn(monitor.seen)
     assert sum(sent.values()) / TURNS <= SENT_CEILING, f"sent per turn: {shown(sent)}"
     assert sum(scripted.values()) / TURNS <= SCRIPTED_CEILING, f"run by scripts per turn: {shown(scripted)}"
