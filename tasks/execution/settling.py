@@ -25,8 +25,8 @@ from agent.provider.replay import RequestFailed
 from tasks.execution import wiring
 from tasks.store import keys, settled
 from tasks.store.approvals import due_member
-from tasks.store.failover import FAILOVER_NOTICE, failed_over, master_of, replication_id
-from tasks.store.fenced import Batch
+from tasks.store.failover import FAILOVER_NOTICE
+from tasks.store.fenced import Batch, FailedOver
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord, UsageOut
 from tasks.store.replies import text_or_none
@@ -143,9 +143,36 @@ class Settling:
             used.output_tokens,
             extra={"failure_class": failure.failure_class} if failure else {},
         )
+        usage = UsageOut(**state.usage.model_dump())
+        cut = self._cut() if status != "completed" else {}  # text the unit was streaming is void
+
+        def written(failover: bool) -> Batch:
+            return self._settle_batch(rec, state, status, failure, extra, round_raw, stop_reason, usage, cut, failover)
+
+        try:
+            # Behind Sentinel or on a cluster the write itself checks that its master still has the replication
+            # history the take read (None on one Redis: nothing to check), so the usual settle costs no INFO.
+            replies = self.fence.commit(written(False), unless_failed_over=self.replication_id)
+        except FailedOver:
+            replies = self.fence.commit(written(True))  # nothing was written: the same, saying what it may have cost
+        chat = self.unit.driver is Driver.CHAT_TURN
+        return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
+
+    def _settle_batch(
+        self,
+        rec: UnitRecord,
+        state: LoopState,
+        status: str,
+        failure: Failure | None,
+        extra: list[Message] | None,
+        round_raw: bytes | None,
+        stop_reason: str | None,
+        usage: UsageOut,
+        cut: dict[str, object],
+        failover: bool,
+    ) -> Batch:
         unit = self.unit
         batch = Batch()
-        failover = self._failed_over()
         if failover:
             # Not silent: what the failover may have cost is in the outcome (a notice, and a mark on the event).
             extra = [*(extra or []), notice("failover", FAILOVER_NOTICE, unit.unit_id)]
@@ -158,24 +185,15 @@ class Settling:
                 "PX",
                 str(int(self.settings.round_ttl * 1000)),
             )
-        usage = UsageOut(**state.usage.model_dump())
         self._settled_record(batch, rec, state, status, failure, usage)
-        data = self._ending_data(rec, status, failure, usage, failover, round_raw is not None, stop_reason)
+        data = self._ending_data(rec, failure, usage, failover, round_raw is not None, stop_reason, cut)
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
         batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
         batch.add("XADD", keys.settled(unit.owner_id), *settled.xadd_args(unit.unit_id))  # wakes a waiting caller
-        chat = unit.driver is Driver.CHAT_TURN
-        if chat:
+        if unit.driver is Driver.CHAT_TURN:
             batch.read("LINDEX", keys.queue(unit.owner_id), "0")  # who is next, read in the same round trip
-        replies = self.fence.commit(batch)
-        return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
-
-    def _failed_over(self) -> bool:
-        """Whether the store failed over since this execution took the unit (a write it made may be lost)."""
-        return self.replication_id is not None and failed_over(
-            self.replication_id, replication_id(master_of(self.client, self.unit.record_key) or self.client)
-        )
+        return batch
 
     def _append_transcript(
         self, batch: Batch, rec: UnitRecord, state: LoopState, status: str, extra: list[Message] | None
@@ -208,12 +226,12 @@ class Settling:
     def _ending_data(
         self,
         rec: UnitRecord,
-        status: str,
         failure: Failure | None,
         usage: UsageOut,
         failover: bool,
         kept_round: bool,
         stop_reason: str | None,
+        cut: dict[str, object],
     ) -> dict[str, object]:
         """What the unit's ending event (`turn.completed`, `run.failed`, ...) says beyond its ids."""
         data: dict[str, object] = {"usage": usage.model_dump(), "resumed": rec.resumed}
@@ -225,8 +243,7 @@ class Settling:
             data["unreplicated"] = unreplicated
         if stop_reason is not None:
             data["reason"] = stop_reason  # the page says "interrupted by a new message", not "stopped"
-        if status != "completed":
-            data.update(self._cut())  # text the unit was streaming when it failed or stopped is void
+        data.update(cut)
         if failure is not None:
             data.update(
                 {

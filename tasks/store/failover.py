@@ -4,7 +4,8 @@ Redis replicates asynchronously: a promotion loses whatever the old master had a
 Baton confirms only a write tool's write-ahead entry with a replica (the journal's WAIT), so the rest of what a
 failover can lose is safe to lose (a journaled provider step is redone, and billed again; a lease renewal or an
 event may vanish) but was silent. A promoted replica starts a new replication history, so the master's
-`master_replid` changes: an execution that reads it when it starts and again when it settles knows whether a
+`master_replid` changes: an execution reads it when it starts (in the take's script) and its settle's write checks
+it again (in the fenced write's script, which writes nothing when it changed), so the execution knows whether a
 failover fell in between, and its outcome states what that may have cost.
 """
 
@@ -37,17 +38,7 @@ def master_of(client: redis.Redis, key: str) -> redis.Redis | None:
     return client if behind_sentinel(client) else None
 
 
-def replication_id(client: redis.Redis) -> str | None:
-    """The master's current replication id (one round trip), or None when the store does not say."""
-    return replid(client.info("replication"))
-
-
 def replid(info: object) -> str | None:
     """The replication id in an `INFO replication` reply, or None when it does not say."""
     value = info.get("master_replid") if isinstance(info, dict) else None
     return str(value) if value else None
-
-
-def failed_over(at_start: str | None, now: str | None) -> bool:
-    """Whether the replication history changed between two readings (an unreadable one proves nothing)."""
-    return at_start is not None and now is not None and at_start != now

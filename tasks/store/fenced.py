@@ -74,13 +74,18 @@ local function run_ops(first, base, out, fills)
 end
 """
 
-# KEYS[1] is the lease; ARGV[1] the holder's token; the batch's ops from ARGV[2] on. The reply: 0 (not our lease),
-# or 1 followed by the replies of the batch's reads.
+# KEYS[1] is the lease; ARGV[1] the holder's token; ARGV[2] a replication id the master must still have ("": no
+# such check); the batch's ops from ARGV[3] on. The reply: 0 (not our lease), 2 (the master's replication id is
+# another: it failed over, and nothing was written), or 1 followed by the replies of the batch's reads.
 _FENCED = RUN_OPS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-return run_ops(2, 0, {1}, nil)
+if ARGV[2] ~= '' then
+  local now = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+  if now and now ~= ARGV[2] then return 2 end
+end
+return run_ops(3, 0, {1}, nil)
 """
 
 EVENTS_MAXLEN = 10_000
@@ -214,6 +219,13 @@ class ReplicationUnconfirmed(BatonError):
         self.waits = waits
 
 
+class FailedOver(BatonError):
+    """The master's replication history is not the one the write was guarded with: a failover came in between,
+    and the write was not made (`Fence.commit`'s `unless_failed_over`)."""
+
+    failure_class = "infra_transient"
+
+
 class Fence:
     """Writes batches under one lease token; raises `LeaseLost` when the lease is no longer ours.
 
@@ -241,7 +253,7 @@ class Fence:
         """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
         lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
         (SCRIPT EXISTS) once, however many fences it carries."""
-        run_script(self._script, [self._lease_key, *batch.keys], [self._token, *batch.ops_args()], pipe)
+        run_script(self._script, [self._lease_key, *batch.keys], [self._token, "", *batch.ops_args()], pipe)
 
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
@@ -259,19 +271,25 @@ class Fence:
         replicas: int = 0,
         timeout_ms: int = 0,
         via: redis.Redis | None = None,
+        unless_failed_over: str | None = None,
     ) -> list[Any]:
         """Write the batch under the lease and return the replies of its reads (`Batch.read`), in order; with
         `replicas`, also wait (WAIT, on the same connection) until that many replicas have it, raising
         `ReplicationUnconfirmed` if they do not within `timeout_ms`. `via`: the client of the master that holds
-        the batch's slot, on a cluster (`failover.master_of`), where a keyless WAIT would go to any node."""
+        the batch's slot, on a cluster (`failover.master_of`), where a keyless WAIT would go to any node.
+        `unless_failed_over`: the master's replication id as the execution read it; if the master that runs the write
+        has another, nothing is written and `FailedOver` raised (what this commit took to send ahead of `batch`,
+        held writes and buffered live text, is held for the next one)."""
         with self._lock:
-            if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
-                batch, self._held = Batch().extend(self._held).extend(batch), None
+            ahead = Batch()
             if self.prelude is not None:
-                batch = self.prelude().extend(batch)
+                ahead = self.prelude()
+            if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
+                ahead, self._held = ahead.extend(self._held), None
+            batch = Batch().extend(ahead).extend(batch)
             if not batch:
                 return []
-            keys, args = [self._lease_key, *batch.keys], [self._token, *batch.ops_args()]
+            keys, args = [self._lease_key, *batch.keys], [self._token, unless_failed_over or "", *batch.ops_args()]
             acked = replicas
             if not replicas:
                 reply = self._script(keys=keys, args=args)
@@ -280,6 +298,9 @@ class Fence:
                 run_script(self._script, keys, args, pipe)
                 pipe.execute_command("WAIT", replicas, timeout_ms)
                 reply, acked = pipe.execute()
+            if reply == 2:
+                self._held = ahead if ahead else None
+                raise FailedOver(f"the master of {self._lease_key} failed over since the execution started")
         if not reply:
             raise LeaseLost(f"lease {self._lease_key} is held by another execution")
         if replicas and int(acked) < replicas:

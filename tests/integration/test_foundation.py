@@ -143,3 +143,21 @@ def test_the_take_reads_the_masters_replication_history_in_its_own_script(redis_
     client.delete(keys.lease(owner))
     again = take(client, lease, owner_id=owner, unit_id="t1", hostname="w1", check_head=True)
     assert again.replication is None
+
+
+def test_a_fenced_write_guarded_by_a_replication_id_writes_nothing_on_another_master(redis_server):
+    """The settle's write carries the replication id the take read: a master with another one (a failover came in
+    between) gets nothing written and says so (`FailedOver`), and what the write took from ahead of it (a held
+    batch, buffered live text) is kept for the next write; with the master's own id the write goes through."""
+    from tasks.store.fenced import Batch, FailedOver, Fence
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.set("lease", "tok")
+    fence = Fence(client, "lease", "tok")
+    own = client.info("replication")["master_replid"]
+    fence.hold(Batch().add("RPUSH", "ahead", "held"))
+    with pytest.raises(FailedOver):
+        fence.commit(Batch().add("SET", "settled", "1"), unless_failed_over="0" * 40)
+    assert client.exists("ahead", "settled") == 0
+    assert fence.commit(Batch().add("SET", "settled", "1").read("GET", "settled"), unless_failed_over=own) == [b"1"]
+    assert client.lrange("ahead", 0, -1) == [b"held"]
