@@ -30,9 +30,15 @@ TITLE_CHARS = 80
 TIE_SLACK = 16
 
 
+def cursor_score(score: str) -> str:
+    """A score as a page's `next` names it: the shortest text of the same double (Redis reads it back exactly), with
+    no `+` (a query string reads one as a space). redis-py 8.2 may hand a score over as `%.17g` (`1.79e+9`)."""
+    return repr(float(score)).replace("e+", "e")
+
+
 @dataclass(frozen=True)
 class Cursor:
-    score: str  # as Redis wrote it: compared back exactly
+    score: str  # the same double as Redis's score (`cursor_score`): read back exactly
     owner_id: str
 
     def encode(self) -> str:
@@ -72,7 +78,7 @@ def merge(
         entries = [(o, s) for o, s in entries if before.after(s, o)]
     entries.sort(key=lambda e: (float(e[1]), e[0]), reverse=True)
     page, more = entries[:limit], len(entries) > limit
-    nxt = Cursor(page[-1][1], page[-1][0]).encode() if more and page else None
+    nxt = Cursor(cursor_score(page[-1][1]), page[-1][0]).encode() if more and page else None
     return page, nxt
 
 

@@ -151,3 +151,13 @@ def test_a_cursor_is_checked():
     with pytest.raises(core.ValidationError):
         kept.page_args("chat", "has blank", 10, None)
     assert kept.page_args("chat", None, 1000, "12.5~chat:c1") == (None, 200, "12.5~chat:c1")
+
+
+@pytest.mark.parametrize("given", ["1796489767.8478234", "1.7964897678478234e+9", "1.7964897678478234E+09"])
+def test_a_pages_next_names_its_score_exactly_and_safe_in_a_query_string(given):
+    """However the score came (as Redis prints it, or as redis-py 8.2's `%.17g`), `next` names the same double in
+    the shortest text, with no `+` a query string would read as a space."""
+    nxt = listing.merge([[("chat:a", given), ("chat:b", "1.0")]], 1, None)[1]
+    assert nxt is not None and "+" not in nxt and " " not in nxt
+    score, _, owner = nxt.partition("~")
+    assert (float(score), owner) == (float(given), "chat:a") and score == "1796489767.8478234"
