@@ -119,6 +119,10 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     # Nothing here may need the store: a worker started while it is down must still start its sweeps, which
     # wait for it (a handler that raised here left the worker consuming with no sweeper at all).
     threading.Thread(target=_sweep_forever, args=(hostname,), name="baton-sweeper", daemon=True).start()
+    # Celery logs "ready." when this returns: with the store up, a client that sends as soon as it reads that finds
+    # this worker's agents published (an agent named before then was refused as unknown); with it down, the worker
+    # says ready a moment later and publishes once the store answers.
+    _agents_published.wait(AGENTS_READY_WAIT)
 
 
 def _sweep_forever(hostname: str) -> None:
@@ -151,6 +155,8 @@ def _sweep_forever(hostname: str) -> None:
                 pipe.execute()
                 cleared = True
                 publish_agents(client, hostname, definitions=True)
+                log.info("agents: %s serves %s", hostname, ", ".join(wiring.agents(settings).agents))
+                _agents_published.set()
             else:
                 publish_agents(client, hostname, definitions=False)
                 for owner_id in sweep_once(client, app, settings):
@@ -191,6 +197,8 @@ def publish_agents(client: redis.Redis, hostname: str, *, definitions: bool) -> 
 
 
 AGENTS_FORGET_SECONDS = 30.0
+AGENTS_READY_WAIT = 3.0  # how long the worker's "ready." waits for its agents' first publishing
+_agents_published = threading.Event()
 
 
 @contextlib.contextmanager

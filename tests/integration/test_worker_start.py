@@ -85,3 +85,13 @@ def test_a_worker_started_while_rabbitmq_is_down_says_so_and_declares_its_dead_l
     finally:
         stack.stop()
         node.stop()
+
+
+def test_a_worker_says_ready_once_its_agents_are_published(stack: Stack) -> None:
+    """Clients check a named agent against what the workers publish: a worker's "ready." comes after its agents are
+    published (it said so before that, and a client sending as soon as it read it was refused: "unknown agent")."""
+    worker = stack.worker("a")
+    log = worker.log()
+    published = log.find(f"agents: {worker.hostname} serves default")
+    assert published != -1 and published < log.find(" ready."), log[-2000:]
+    assert [a["name"] for a in stack.client().agents()["agents"]] == ["default"]
