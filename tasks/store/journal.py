@@ -74,7 +74,7 @@ class RedisJournal:
         self.master = master_of(client, self.key)  # None: one plain Redis, nothing to confirm with
         self.sentinel = self.master is not None
         self.min_replicas = min_replicas
-        self.flags: Flags | None = None  # set by the execution once its watcher is up (one Redis only)
+        self.flags: Flags | None = None  # set by the execution once its watcher is up
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive
@@ -89,9 +89,10 @@ class RedisJournal:
     def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False) -> None:
         """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`).
 
-        Holding it widens no window: the settle follows with no I/O between (behind Sentinel it reads the
-        replication id first, so there the step is written at once), and a crash before the joint write re-asks
-        the model exactly as a crash before the step's own write would have; after it, the unit is settled.
+        Holding it widens no window: the settle follows with no I/O between (behind Sentinel or on a cluster its
+        write checks the replication history itself, and one that finds a failover writes nothing and keeps the
+        step held for the settle it makes instead), and a crash before the joint write re-asks the model exactly as
+        a crash before the step's own write would have; after it, the unit is settled.
         """
         prior = self.steps.get(step_id)
         confirm = 0
@@ -123,7 +124,7 @@ class RedisJournal:
                 self._fence.commit(batch, replicas=confirm, timeout_ms=REPLICA_CONFIRM_MS, via=self.master)
             except ReplicationUnconfirmed as err:
                 raise self._unconfirmed(step_id, record, prior, err) from None
-        elif last and not self.sentinel:
+        elif last:
             self._fence.hold(batch)
         elif self.flags is not None and step_id.startswith("tool:") and record.get("status") == "done":
             # A tool's result, written after it ran: the stop and drain flags are read with it, so the loop's look

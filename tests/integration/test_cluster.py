@@ -390,3 +390,39 @@ def test_one_users_budget_holds_their_chats_on_every_master(cstack, cluster):
     refused = client.wait(client.send_message(chats[0], "once more", user="dana"), timeout=60)
     assert refused.status == "failed" and refused.failure["class"] == "budget_exceeded", refused
     assert "user:dana" in refused.failure["message"]
+
+
+# A turn of one tool round on the cluster, per turn, summed over the masters (its broker is another Redis): 11
+# commands sent, measured at this stop (9 EVALSHA: the enqueue, the take, each attempt's budget reservation and rate
+# gate (one pipeline), the model step, the tool step, the settle with the last step held; the client's XREAD and
+# HGETALL, one pipeline), and 0.75 of room for idle traffic. The INFO before each take and each settle, the look
+# after the tool round and the last step's own write were one command each on a cluster before this stop
+# (tests/integration/test_turn_cost.py counts one Redis).
+CLUSTER_SENT_CEILING = 11.75
+
+
+def test_a_turn_on_the_cluster_stays_under_its_command_ceiling(cstack, cluster):
+    from tests.support import monitor
+
+    cstack.env["BATON_TOOLS"] = "bench.tools:TOOLS"  # a tool with no I/O: the counts are Baton's own
+    cstack.fake_api.set_handler(_tool_then(tool_call("peek", {"key": "a"}), text("The answer is A.")))
+    cstack.worker(concurrency=1)
+    client = cstack.client()
+    chats = _chats_on_every_master(cluster, "cost")
+    assert client.wait(client.send_message("cost-warm", "what is a?"), timeout=60).status == "completed"
+    urls = [f"redis://127.0.0.1:{m.port}/0" for m in cluster.masters()]
+    probes = [monitor.probe(url) for url in urls]
+    watching = [monitor.Monitor(url, address) for url, (_, address) in zip(urls, probes, strict=True)]
+    try:
+        for probe, _ in probes:
+            probe.echo(monitor.START)
+        for chat in chats:
+            result = client.wait(client.send_message(chat, "what is a?"), timeout=60)
+            assert result.status == "completed" and result.reply == "The answer is A."
+        for probe, _ in probes:
+            probe.echo(monitor.END)
+    finally:
+        for each in watching:
+            each.close()
+    sent, _ = monitor.by_kind([e for each in watching for e in each.seen])
+    assert sum(sent.values()) / len(chats) <= CLUSTER_SENT_CEILING, f"sent per turn: {monitor.shown(sent, len(chats))}"

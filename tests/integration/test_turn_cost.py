@@ -10,14 +10,12 @@ so a change that adds a command or a round trip to a turn fails here, and says w
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
+from tests.support import monitor
 from tests.support.fake_anthropic import text, tool_call
 from tests.support.processes import wait_until
 
@@ -32,54 +30,6 @@ TURNS = 12
 SENT_CEILING = 20.75
 SCRIPTED_CEILING = 52.75
 TIMED = {"PUBLISH"}
-START, END = "baton-guard-start", "baton-guard-end"
-
-
-class Monitor:
-    """Every command the server runs from `START` to `END` (two ECHOs this test sends), read on a thread, less those
-    of the connection at `probe` (the test's own looks)."""
-
-    def __init__(self, url: str, probe: str) -> None:
-        self._probe = probe
-        self._client = redis.Redis.from_url(url)
-        self._monitor = self._client.monitor()
-        self._monitor.__enter__()  # MONITOR is in force once this returns: nothing sent after it is missed
-        self.seen: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        counting = False
-        for entry in self._monitor.listen():
-            command = entry["command"]
-            if command == f"ECHO {START}":
-                counting = True
-            elif command == f"ECHO {END}":
-                return
-            elif counting and f"{entry['client_address']}:{entry['client_port']}" != self._probe:
-                self.seen.append(entry)
-
-    def close(self) -> None:
-        self._thread.join(30)
-        self._monitor.__exit__(None, None, None)
-        self._client.close()
-
-
-def per_turn(entries: list[dict[str, Any]]) -> tuple[Counter[str], Counter[str]]:
-    """Commands by name, those clients sent (less the `TIMED` ones) and those scripts ran."""
-    sent: Counter[str] = Counter()
-    scripted: Counter[str] = Counter()
-    for entry in entries:
-        name = entry["command"].split(" ", 1)[0].upper()
-        if entry["client_type"] == "lua":
-            scripted[name] += 1
-        elif name not in TIMED:
-            sent[name] += 1
-    return sent, scripted
-
-
-def shown(counts: Counter[str]) -> str:
-    return ", ".join(f"{name} {n / TURNS:.2f}" for name, n in counts.most_common())
 
 
 @pytest.fixture
@@ -95,29 +45,26 @@ def counted(stack) -> Iterator[Any]:
 def test_a_turn_of_one_tool_round_stays_under_its_redis_command_ceilings(counted):
     client = counted.client()
     assert client.wait(client.send_message("warm", "what is a?"), timeout=60).status == "completed"
-    # One connection, so its commands are known by its address and left out of the count.
-    probe = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(counted.redis_server.url,
-                                                                           max_connections=1))
-    address = probe.client_info()["addr"]
+    probe, address = monitor.probe(counted.redis_server.url)  # its own looks are left out of the count
 
     def acked() -> None:
         # A turn's ack (acks_late) comes after its settle, which is what the client's wait returns on: the window
         # opens and closes with no message unacknowledged, so it holds every turn's ack and no other.
         wait_until(lambda: probe.hlen("unacked") == 0, 30, what="the worker's ack of the last turn")
 
-    monitor = Monitor(counted.redis_server.url, address)
+    watching = monitor.Monitor(counted.redis_server.url, address)
     try:
         acked()
-        probe.echo(START)
+        probe.echo(monitor.START)
         for i in range(TURNS):
             result = client.wait(client.send_message(f"guard-{i}", "what is a?"), timeout=60)
             assert result.status == "completed" and result.reply == "The answer is A."
         acked()
-        probe.echo(END)
+        probe.echo(monitor.END)
     finally:
-        monitor.close()
+        watching.close()
     last = counted.fake_api.requests[-1]["messages"][-1]["content"][0]
     assert last["type"] == "tool_result" and "value-of-a" in str(last["content"])  # the round ran the no-I/O tool
-    sent, scripted = per_turn(monitor.seen)
-    assert sum(sent.values()) / TURNS <= SENT_CEILING, f"sent per turn: {shown(sent)}"
-    assert sum(scripted.values()) / TURNS <= SCRIPTED_CEILING, f"run by scripts per turn: {shown(scripted)}"
+    sent, scripted = monitor.by_kind(watching.seen, leave_out=TIMED)
+    assert sum(sent.values()) / TURNS <= SENT_CEILING, f"sent per turn: {monitor.shown(sent, TURNS)}"
+    assert sum(scripted.values()) / TURNS <= SCRIPTED_CEILING, f"run by scripts: {monitor.shown(scripted, TURNS)}"
