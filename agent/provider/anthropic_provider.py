@@ -84,6 +84,7 @@ class AnthropicProvider:
                 timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
                 api_key=key,  # None: the SDK reads its own variable, as before
                 base_url=endpoint.base_url,  # None: the SDK's *_BASE_URL variable, or its default
+                http_client=anthropic.DefaultHttpxClient(verify=transport.shared_tls()),  # the SDK's, one TLS context
             )
         except anthropic.AnthropicError as err:
             raise _no_credentials() from err

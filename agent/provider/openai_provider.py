@@ -66,6 +66,7 @@ class OpenAIProvider:
                 timeout=httpx2.Timeout(connect=10.0, read=self._idle_timeout, write=30.0, pool=10.0),
                 api_key=key,  # None: the SDK reads its own variable, as before
                 base_url=endpoint.base_url,  # None: the SDK's *_BASE_URL variable, or its default
+                http_client=openai.DefaultHttpxClient(verify=transport.shared_tls()),  # the SDK's, one TLS context
             )
         except openai.OpenAIError as err:
             raise _no_credentials() from err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from agent.provider.shards import Shards
 
 
@@ -35,3 +37,19 @@ def test_a_given_client_is_the_only_shard_and_nothing_is_built():
     given = object()
     shards: Shards[object] = Shards(lambda: (_ for _ in ()).throw(AssertionError("built")), count=8, given=given)
     assert shards.get() is given
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_every_shards_sdk_client_shares_the_processs_one_tls_context(kind, monkeypatch):
+    """Each shard's client is the SDK's own (its limits, keep-alive and proxies) with the process's one TLS context:
+    building a context loads the CA bundle (~20 ms of CPU), and a threads worker at -c 500 holds 16 shards."""
+    from agent.provider import transport
+    from agent.provider.anthropic_provider import AnthropicProvider
+    from agent.provider.openai_provider import OpenAIProvider
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    provider = (AnthropicProvider if kind == "anthropic" else OpenAIProvider)(idle_timeout=5, shards=2)
+    first, second = provider._new_client(), provider._new_client()
+    contexts = [c._client._transport._pool._ssl_context for c in (first, second)]  # httpx2's transport's pool
+    assert contexts[0] is contexts[1] is transport.shared_tls()
