@@ -76,6 +76,21 @@ class Unit:
         return "turn" if self.driver is Driver.CHAT_TURN else "run"
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a unit ends, as its settle writes it (once, or again with the failover's notice)."""
+
+    rec: UnitRecord
+    state: LoopState
+    status: str
+    failure: Failure | None
+    extra: list[Message] | None
+    round_raw: bytes | None
+    stop_reason: str | None
+    usage: UsageOut
+    cut: dict[str, object]  # the attempt that was streaming, now void (`_cut`)
+
+
 class Settling:
     """The endings of an execution; `Execution` provides the attributes below."""
 
@@ -143,50 +158,39 @@ class Settling:
             used.output_tokens,
             extra={"failure_class": failure.failure_class} if failure else {},
         )
-        usage = UsageOut(**state.usage.model_dump())
-        cut = self._cut() if status != "completed" else {}  # text the unit was streaming is void
-
-        def written(failover: bool) -> Batch:
-            return self._settle_batch(rec, state, status, failure, extra, round_raw, stop_reason, usage, cut, failover)
-
+        ending = Ending(
+            rec, state, status, failure, extra, round_raw, stop_reason, UsageOut(**state.usage.model_dump()),
+            self._cut() if status != "completed" else {},  # text the unit was streaming is void
+        )
         try:
             # Behind Sentinel or on a cluster the write itself checks that its master still has the replication
             # history the take read (None on one Redis: nothing to check), so the usual settle costs no INFO.
-            replies = self.fence.commit(written(False), unless_failed_over=self.replication_id)
-        except FailedOver:
-            replies = self.fence.commit(written(True))  # nothing was written: the same, saying what it may have cost
+            replies = self.fence.commit(self._settle_batch(ending, False), unless_failed_over=self.replication_id)
+        except FailedOver:  # nothing was written: the same, saying what the failover may have cost
+            replies = self.fence.commit(self._settle_batch(ending, True))
         chat = self.unit.driver is Driver.CHAT_TURN
         return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
 
-    def _settle_batch(
-        self,
-        rec: UnitRecord,
-        state: LoopState,
-        status: str,
-        failure: Failure | None,
-        extra: list[Message] | None,
-        round_raw: bytes | None,
-        stop_reason: str | None,
-        usage: UsageOut,
-        cut: dict[str, object],
-        failover: bool,
-    ) -> Batch:
-        unit = self.unit
+    def _settle_batch(self, ending: Ending, failover: bool) -> Batch:
+        """The settle's one write; with `failover`, its outcome also says the store failed over under the unit."""
+        unit, rec, state, status, extra = self.unit, ending.rec, ending.state, ending.status, ending.extra
         batch = Batch()
         if failover:
             # Not silent: what the failover may have cost is in the outcome (a notice, and a mark on the event).
             extra = [*(extra or []), notice("failover", FAILOVER_NOTICE, unit.unit_id)]
         self._append_transcript(batch, rec, state, status, extra)
-        if round_raw is not None:
+        if ending.round_raw is not None:
             batch.add(
                 "SET",
                 keys.round_slot(unit.owner_id),
-                round_raw.decode(),
+                ending.round_raw.decode(),
                 "PX",
                 str(int(self.settings.round_ttl * 1000)),
             )
-        self._settled_record(batch, rec, state, status, failure, usage)
-        data = self._ending_data(rec, failure, usage, failover, round_raw is not None, stop_reason, cut)
+        self._settled_record(batch, rec, state, status, ending.failure, ending.usage)
+        data = self._ending_data(
+            rec, ending.failure, ending.usage, failover, ending.round_raw is not None, ending.stop_reason, ending.cut
+        )
         self._event(batch, f"{unit.event_prefix}.{status}", data)
         self._finish(batch, rec)
         batch.add("ZREM", keys.active(unit.owner_id), unit.owner_id)  # not running: nothing for the lost-worker sweep
