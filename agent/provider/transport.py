@@ -8,9 +8,9 @@ uses `httpx2` registers it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import ssl
-import threading
 from collections.abc import Mapping
 
 import httpx2
@@ -26,20 +26,14 @@ def classify_transport(exc: BaseException) -> Classified | None:
     return None
 
 
-_tls: list[ssl.SSLContext] = []
-_tls_lock = threading.Lock()
-
-
+@functools.cache  # two threads that race here build two contexts, no worse than before
 def shared_tls() -> ssl.SSLContext:
     """The process's one TLS context for its SDK clients, the one each would build for itself (`verify=True`, the
     environment's `SSL_CERT_*` honoured). Building one loads the CA bundle, ~20 ms of CPU here, and a provider holds
     a client per shard of its streams (`shards.py`: 16 for a threads worker at -c 500), each built by the first
     stream of its shard: 0.3 s of the interpreter's CPU in the middle of a burst. A context is safe to share between
     clients and threads."""
-    with _tls_lock:
-        if not _tls:
-            _tls.append(httpx2.create_ssl_context())
-        return _tls[0]
+    return httpx2.create_ssl_context()
 
 
 def error_headers(err: BaseException) -> Mapping[str, str] | None:

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -104,8 +105,11 @@ class Execution(Starting, Seeding, RateWaiting):
         lease = Lease(
             self.client, keys.lease(unit.owner_id), new_token(unit.unit_id, self.hostname), self.settings.lease_ttl
         )
-        rec, taken = self._take(lease)
-        self._note_replication(taken)
+        # Behind Sentinel or on a cluster, where the store can fail over under this execution (else None).
+        master = master_of(self.client, unit.record_key)
+        rec, taken = self._take(lease, replication=master is not None)
+        if master is not None and taken.replication is not None:
+            self._note_replication(master, taken.replication)
         if rec is not None:
             # The attempt a log line belongs to: retries and resumes start a new generation.
             logs.context.set({**ids, "attempt": rec.generation + 1, "interruptions": rec.interruptions})
@@ -127,14 +131,13 @@ class Execution(Starting, Seeding, RateWaiting):
         with traced(self.client, self.fence, unit, rec, taken.record) as span:  # `invoke_agent AGENT`, if tracing
             return span.ended(self._guarded(rec, loaded, lease), rec)
 
-    def _note_replication(self, taken: Taken) -> None:
-        """Behind Sentinel or on a cluster, where the store can fail over under this execution: the replication
-        history as the take read it (before it wrote anything), compared at the settle."""
-        if taken.replication is not None and (master := master_of(self.client, self.unit.record_key)) is not None:
-            self.replication_id = replid(taken.replication)
-            REPLICAS.note(master, taken.replication)  # the replicas a write tool's entry waits for, in the same reply
+    def _note_replication(self, master: redis.Redis, info: dict[str, Any]) -> None:
+        """The master's replication history as the take read it (before it wrote anything), checked by the settle's
+        write, and the replicas a write tool's entry waits for, from the same reply."""
+        self.replication_id = replid(info)
+        REPLICAS.note(master, info)
 
-    def _take(self, lease: Lease) -> tuple[UnitRecord | None, Taken]:
+    def _take(self, lease: Lease, *, replication: bool) -> tuple[UnitRecord | None, Taken]:
         """One round trip for the record, the chat's queue head, the lease, what the execution starts from, and
         (the common case, a unit's first start) the start itself, as the fleet's default agent and model: a unit
         that names another agent or model is started later, once its agent is resolved."""
@@ -151,7 +154,7 @@ class Execution(Starting, Seeding, RateWaiting):
             check_head=unit.driver is Driver.CHAT_TURN,
             start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
             starts_as=(default.name, default.model),
-            replication=master_of(self.client, unit.record_key) is not None,
+            replication=replication,
         )
         self.choice = None
         rec = UnitRecord.from_hash(taken.record)

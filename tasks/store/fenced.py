@@ -286,7 +286,8 @@ class Fence:
                 ahead = self.prelude()
             if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
                 ahead, self._held = ahead.extend(self._held), None
-            batch = Batch().extend(ahead).extend(batch)
+            if ahead:  # a copy: `ahead` alone is what a write that finds a failover keeps held
+                batch = Batch().extend(ahead).extend(batch)
             if not batch:
                 return []
             keys, args = [self._lease_key, *batch.keys], [self._token, unless_failed_over or "", *batch.ops_args()]
