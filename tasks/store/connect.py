@@ -37,12 +37,14 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from config.settings import Settings
 from tasks.store import keys
+from tasks.store.packing import PACKER, PackedConnection, PackedSSLConnection
 
 # A client that cannot reach the store says so within seconds instead of waiting on the kernel's connect timeout.
 STORE_CONNECT_TIMEOUT = 5.0
 
-# Shared by every client: keep TCP connections alive and check an idle one before use.
-CLIENT_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
+# Shared by every client: keep TCP connections alive, check an idle one before use, and pack commands in one
+# hiredis call (tasks/store/packing.py).
+CLIENT_DEFAULTS: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True, "command_packer": PACKER}
 # Through Sentinel a command may land in a failover: the old master's socket closes, and for a moment the
 # Sentinel names the new master while still flagging the failover (redis-py then raises MasterNotFoundError,
 # a ConnectionError). Measured here: ~3 s from kill -9 to promotion, then ~0.5 s of that window. Retrying
@@ -104,6 +106,8 @@ def new_store_client(settings: Settings, *, max_connections: int | None = None, 
     keys.use_cluster(bool(settings.cluster))
     if settings.cluster:
         kwargs: dict[str, Any] = {"socket_keepalive": True, **_cluster_options(settings), **options}
+        # Each node's pool builds this class, which packs as the other clients do (CLIENT_DEFAULTS).
+        kwargs["connection_class"] = PackedSSLConnection if kwargs.get("ssl") else PackedConnection
         if max_connections is not None:
             # Its wait for a free connection is the pool's default, 20 s (= POOL_WAIT_SECONDS): RedisCluster hands
             # every option to each node's client too, which takes no `timeout`.
