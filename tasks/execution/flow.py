@@ -46,6 +46,7 @@ from tasks.store.fenced import Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
 from tasks.store.journal import Flags, RedisJournal
 from tasks.store.lease import Lease, holder_unit, new_token
+from tasks.store.preflight import PREFLIGHT
 from tasks.store.reads import chat_head, keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replicas import REPLICAS
@@ -223,6 +224,7 @@ class Execution(Starting, Seeding, RateWaiting):
                 rec, LoopState(), "failed", failure, extra=[notice("error", f"Failed: {failure.message}")]
             )
         finally:
+            PREFLIGHT.forget()  # what waited for a preflight this execution did not make
             watcher.stop()
             if self.live is not None:
                 self.live.close()
@@ -305,6 +307,9 @@ class Execution(Starting, Seeding, RateWaiting):
         agent = self.choice.agent if self.choice is not None else None
         tools = self._tools(rec, agent)
         provider = wiring.build_provider(settings, self.client, agent)
+        if isinstance(provider, LimitedProvider) and journal.flags is not None and self.watcher is not None:
+            # Every model call has a preflight: a read tool's result rides the next one's (`Flags.later`).
+            journal.flags.later = self.watcher.read_with_next_call
         try:
             run_loop(
                 history,

@@ -129,6 +129,13 @@ class Watcher:
         self.seen(stop=stop, draining=draining)
         self._read_with_results = True
 
+    def read_with_next_call(self) -> Callable[[str | None, bool], None]:
+        """The flags come with the next model call's preflight, read after a read tool's result is written in it
+        (RedisJournal's `Flags.later`), before that call is sent: the loop's look between has its answer coming,
+        and asks no round trip. Returns what acts on them."""
+        self._read_with_results = True
+        return lambda stop, draining: self.seen(stop=stop, draining=draining)
+
     def look_now(self) -> None:
         """`look_once` for the loop, between a round of tools and the next model step (CancelToken.look): the
         poller is the backstop, so a store that does not answer here is logged, not raised. When the round's last

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -239,7 +240,7 @@ class Fence:
         self._token = token
         self._script = registered(client, _FENCED)
         self._lock = threading.Lock()
-        self._held: Batch | None = None
+        self._held: list[Batch] = []  # for the next commit, in order (`hold`)
         self.prelude: Callable[[], Batch] | None = None
 
     @property
@@ -257,12 +258,36 @@ class Fence:
 
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
-        write), not on its own: for a write whose next one follows with no I/O between. A commit that fails
-        ends the execution (a store error goes up, a lost lease stops it), so nothing held is sent twice."""
+        write), not on its own: for a write whose next one follows with no I/O between, or whose next round trip
+        carries it (`riding`). A commit that fails ends the execution (a store error goes up, a lost lease stops
+        it), so nothing held is sent twice."""
         if any(op[0].startswith("=") for op in batch.ops):
             raise ValueError("a held batch has no reads: their replies would go to the next commit's caller")
         with self._lock:
-            self._held = batch if self._held is None else Batch().extend(self._held).extend(batch)
+            self._held.append(batch)
+
+    @contextmanager
+    def riding(self, batch: Batch, reads: Batch) -> Iterator[tuple[Script, list[str], list[str]] | None]:
+        """The write of `batch`, held (`hold`), for another call's round trip to carry (tasks/store/preflight.py):
+        the script, keys and arguments of a commit of what is held, ahead of it the prelude as in every commit, and
+        `reads` after it; None when `batch` rode a commit already. Built and sent under `lock`, so no commit comes
+        between; `answered` reads the reply."""
+        with self._lock:
+            if not any(held is batch for held in self._held):
+                yield None
+                return
+            write = self.prelude() if self.prelude is not None else Batch()
+            for held in self._held:
+                write.extend(held)
+            self._held = []
+            write.extend(reads)
+            yield self._script, [self._lease_key, *write.keys], [self._token, "", *write.ops_args()]
+
+    def answered(self, reply: Any) -> list[Any]:
+        """The replies of a `riding` write's reads, or `LeaseLost` when it wrote nothing."""
+        if not reply:
+            raise LeaseLost(f"lease {self._lease_key} is held by another execution")
+        return list(reply[1:])
 
     def commit(
         self,
@@ -284,8 +309,10 @@ class Fence:
             ahead = Batch()
             if self.prelude is not None:
                 ahead = self.prelude()
-            if self._held is not None and batch:  # a flush of the prelude alone (live text) leaves it held
-                ahead, self._held = ahead.extend(self._held), None
+            if self._held and batch:  # a flush of the prelude alone (live text) leaves it held
+                for held in self._held:
+                    ahead.extend(held)
+                self._held = []
             if ahead:  # a copy: `ahead` alone is what a write that finds a failover keeps held
                 batch = Batch().extend(ahead).extend(batch)
             if not batch:
@@ -300,7 +327,7 @@ class Fence:
                 pipe.execute_command("WAIT", replicas, timeout_ms)
                 reply, acked = pipe.execute()
             if reply == 2:
-                self._held = ahead if ahead else None
+                self._held = [ahead] if ahead else []
                 raise FailedOver(f"the master of {self._lease_key} failed over since the execution started")
         if not reply:
             raise LeaseLost(f"lease {self._lease_key} is held by another execution")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 from agent.events import encode_event
 from agent.loop.edge import EventDraft
@@ -20,6 +22,7 @@ from agent.messages.media import encode
 from tasks.store import keys
 from tasks.store.failover import master_of
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
+from tasks.store.preflight import PREFLIGHT
 from tasks.store.replicas import REPLICAS, replicas_to_confirm
 from tasks.store.replies import text
 
@@ -33,11 +36,39 @@ REPLICA_CONFIRM_MS = 2000  # how long a write tool waits for a replica to have i
 @dataclass
 class Flags:
     """The stop and drain flags an execution's watcher acts on, read with each tool result's write: `read(stop,
-    draining)` hands them over (the watcher's `seen_with_results`)."""
+    draining)` hands them over (the watcher's `seen_with_results`).
+
+    `later`, set when each model call of the unit has a preflight (tasks/store/preflight.py): a read tool's result
+    is not written on its own but held, and written first in the next call's preflight, with the flags read after
+    it (`Riding`); `later()` tells the watcher they come then, and returns what hands them over."""
 
     stop_key: str
     drain_key: str
     read: Callable[[str | None, bool], None]
+    later: Callable[[], Callable[[str | None, bool], None]] | None = None
+
+
+@dataclass
+class Riding:
+    """A read tool's result held on the fence, for the next preflight to write (`Preflight.lead`).
+
+    Its write comes before that model call is sent, as its own write would have; between the two only the request
+    is built. A crash in between loses the result as one before its own write would have: the resumed execution
+    runs the call again, which a read tool allows (a write tool's result, after its write-ahead entry, is written
+    at once). When a commit comes first (another result of the round, a park, the settle), the result rides it.
+    """
+
+    fence: Fence
+    batch: Batch
+    reads: Batch
+    read: Callable[[str | None, bool], None]
+
+    def sending(self) -> AbstractContextManager[tuple[Script, list[str], list[Any]] | None]:
+        return self.fence.riding(self.batch, self.reads)
+
+    def answer(self, reply: Any) -> None:
+        stop, draining = self.fence.answered(reply)
+        self.read(text(stop) if stop is not None else None, bool(draining))
 
 
 class RedisJournal:
@@ -129,9 +160,13 @@ class RedisJournal:
         elif self.flags is not None and step_id.startswith("tool:") and record.get("status") == "done":
             # A tool's result, written after it ran: the stop and drain flags are read with it, so the loop's look
             # between this round and the next step costs no round trip of its own (`Flags`).
-            batch.read("GET", self.flags.stop_key).read("EXISTS", self.flags.drain_key)
-            *_, stop, draining = self._fence.commit(batch)
-            self.flags.read(text(stop) if stop is not None else None, bool(draining))
+            reads = Batch().read("GET", self.flags.stop_key).read("EXISTS", self.flags.drain_key)
+            if self.flags.later is not None and prior is None:  # no write-ahead entry: a read tool's
+                self._fence.hold(batch)
+                PREFLIGHT.lead(Riding(self._fence, batch, reads, self.flags.later()))
+            else:
+                stop, draining = self._fence.commit(batch.extend(reads))[-2:]
+                self.flags.read(text(stop) if stop is not None else None, bool(draining))
         else:
             self._fence.commit(batch)
         if arming:

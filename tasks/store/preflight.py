@@ -11,14 +11,20 @@ refusal raises `BudgetExceeded` there, before anything is sent, as it did in the
 A reservation withdrawn unsent (the attempt was stopped before its gate asked) was never held: nothing to settle.
 A refusal whose admission was admitted leaves that admission counted in the window (the gate gives back its
 output tokens): the fleet sends a little less, never more.
+
+A write may lead the round trip (`lead`): a read tool's result, held on its unit's fence, which would otherwise be
+a fenced write of its own between the round of tools and the next model call (tasks/store/journal.py). It goes
+first, its reply is read first, and a lost lease raises `LeaseLost` before any other refusal; what it read (the
+stop and drain flags) is acted on before the attempt is sent. A lead whose write rode a commit first sends nothing.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.commands.core import Script
 
@@ -33,6 +39,16 @@ class Deferred:
     keys: list[str]
     args: list[Any]
     answer: Callable[[Any], None]
+
+
+class Lead(Protocol):
+    """A write that goes first in the next round trip (see the module)."""
+
+    def sending(self) -> AbstractContextManager[tuple[Script, list[str], list[Any]] | None]:
+        """The script call to send, held while it is sent (None: nothing to send any more)."""
+
+    def answer(self, reply: Any) -> None:
+        """Act on its reply (may raise)."""
 
 
 class Preflight:
@@ -51,6 +67,15 @@ class Preflight:
     def defer(self, call: Deferred) -> None:
         self._waiting().append(call)
 
+    def lead(self, write: Lead) -> None:
+        """`write` goes first in this thread's next round trip (one at a time: a later lead replaces it, whose
+        write then rode the commit that came between)."""
+        self._local.lead = write
+
+    def forget(self) -> None:
+        """Drop what waits on this thread, at the end of an execution: nothing of it may ride the next one's."""
+        self._local.waiting, self._local.lead = [], None
+
     def withdraw(self, call: Deferred) -> bool:
         """Take `call` back unsent (True), or say it was sent (False)."""
         waiting = self._waiting()
@@ -64,11 +89,19 @@ class Preflight:
         replies are answered first (a refusal raises before `script`'s reply is returned)."""
         waiting = self._waiting()
         calls, self._local.waiting = list(waiting), []
-        replies = scripts_in_one_trip(client, [*((c.script, c.keys, c.args) for c in calls), (script, keys, args)])
+        lead: Lead | None = getattr(self._local, "lead", None)
+        self._local.lead = None
+        answers = [call.answer for call in calls]
+        with lead.sending() if lead is not None else nullcontext(None) as first:
+            sent = [(c.script, c.keys, c.args) for c in calls]
+            if first is not None and lead is not None:
+                sent.insert(0, first)
+                answers.insert(0, lead.answer)
+            replies = scripts_in_one_trip(client, [*sent, (script, keys, args)])
         refused: Exception | None = None
-        for call, reply in zip(calls, replies, strict=False):
+        for answer, reply in zip(answers, replies, strict=False):
             try:
-                call.answer(reply)  # every one read, so none that held is forgotten
+                answer(reply)  # every one read, so none that held is forgotten
             except Exception as err:
                 refused = refused or err
         if refused is not None:

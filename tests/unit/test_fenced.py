@@ -94,3 +94,83 @@ def test_scripts_in_one_trip_run_a_script_the_server_lost_once():
     replies = scripts_in_one_trip(store, [(count, ["a"], []), (count, ["b"], [])])
     assert replies == [1, 1] and store.get("a") == b"1" and store.get("b") == b"1"
     assert scripts_in_one_trip(store, [(count, ["a"], []), (count, ["b"], [])]) == [2, 2]
+
+
+def _lead(fence, batch, reads, seen):
+    from tasks.store.journal import Riding
+
+    return Riding(fence, batch, reads, lambda stop, draining: seen.append((stop, draining)))
+
+
+def test_a_held_result_leads_the_next_preflight_with_the_prelude_ahead_and_its_reads_after():
+    """A read tool's result rides the next model call's preflight: written first in that round trip (after the
+    live text buffered ahead of it, as in every commit), its reads answered before the preflight's own reply."""
+    from tasks.store.fenced import registered
+    from tasks.store.preflight import PREFLIGHT
+
+    r = fakeredis.FakeRedis()
+    r.set("lease", "tok")
+    r.set("stop", "t1")
+    fence = Fence(r, "lease", "tok")
+    texts = ["a"]
+    fence.prelude = lambda: Batch().add("RPUSH", "log", texts.pop()) if texts else Batch()
+    result = Batch().add("RPUSH", "log", "result")
+    fence.hold(result)
+    seen: list[tuple[str | None, bool]] = []
+    PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop").read("EXISTS", "drain"), seen))
+    admit = registered(r, "return redis.call('LLEN', KEYS[1])")
+    assert PREFLIGHT.run(r, admit, ["log"], []) == 2  # the admission ran after the write
+    assert r.lrange("log", 0, -1) == [b"a", b"result"] and seen == [("t1", False)]
+    assert PREFLIGHT.run(r, admit, ["log"], []) == 2  # led once
+    fence.commit(Batch().add("RPUSH", "log", "settle"))
+    assert r.lrange("log", 0, -1) == [b"a", b"result", b"settle"]  # written once
+
+
+def test_a_lead_whose_result_rode_a_commit_sends_nothing():
+    """Another result of the round (or a park, the settle) committed first: the held result went with it, and
+    the preflight carries no write of its own."""
+    from tasks.store.fenced import registered
+    from tasks.store.preflight import PREFLIGHT
+
+    r = fakeredis.FakeRedis()
+    r.set("lease", "tok")
+    fence = Fence(r, "lease", "tok")
+    result = Batch().add("RPUSH", "log", "result")
+    fence.hold(result)
+    seen: list[tuple[str | None, bool]] = []
+    PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), seen))
+    fence.commit(Batch().add("RPUSH", "log", "next"))
+    admit = registered(r, "return redis.call('LLEN', KEYS[1])")
+    assert PREFLIGHT.run(r, admit, ["log"], []) == 2
+    assert r.lrange("log", 0, -1) == [b"result", b"next"] and seen == []
+
+
+def test_a_lead_under_a_lease_not_ours_raises_lease_lost_and_writes_nothing():
+    from tasks.store.fenced import registered
+    from tasks.store.preflight import PREFLIGHT
+
+    r = fakeredis.FakeRedis()
+    r.set("lease", "someone-else")
+    fence = Fence(r, "lease", "tok")
+    result = Batch().add("RPUSH", "log", "result")
+    fence.hold(result)
+    PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))
+    with pytest.raises(LeaseLost):
+        PREFLIGHT.run(r, registered(r, "return 1"), ["x"], [])
+    assert r.llen("log") == 0
+
+
+def test_forget_drops_a_lead_the_execution_never_sent():
+    """An execution that ended without another preflight (a crash, say) leaves nothing for the next one's."""
+    from tasks.store.fenced import registered
+    from tasks.store.preflight import PREFLIGHT
+
+    r = fakeredis.FakeRedis()
+    r.set("lease", "tok")
+    fence = Fence(r, "lease", "tok")
+    result = Batch().add("RPUSH", "log", "result")
+    fence.hold(result)
+    PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))
+    PREFLIGHT.forget()
+    assert PREFLIGHT.run(r, registered(r, "return 1"), ["x"], []) == 1
+    assert r.llen("log") == 0

@@ -132,11 +132,12 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
 
 
 @pytest.mark.parametrize("cluster_keys", [False, True], ids=["one-redis", "cluster-keys"])
-def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeypatch, cluster_keys):
-    """A turn with one tool round: the stop and drain flags the loop looks at between the round and the next step
-    are read by the tool result's fenced write, not in a round trip of their own, with keys laid out for one Redis
-    and for a cluster (where this worker's drain flag has a copy on the unit's slot). A stop pressed while the tool
-    ran is seen there: the next model step is never sent."""
+def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, monkeypatch, cluster_keys):
+    """A turn with one tool round behind the rate gate: the read tool's result is not a fenced write of its own but
+    goes first in the next model call's preflight, and the stop and drain flags the loop looks at between the round
+    and that call are read in that write, after the tool ran (keys laid out for one Redis and for a cluster, where
+    this worker's drain flag has a copy on the unit's slot). A stop pressed while the tool ran is seen there: the
+    next model step is never sent, and the result is kept."""
 
     from agent.provider.rate_gate import LimitedProvider
     from agent.provider.scripted import reply_tool
@@ -149,13 +150,15 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
         store.script_load(script)
     command = store.execute_command
     stop_before_result: list[str] = []  # the unit whose stop is pressed just before its tool result is written
+    provider = ScriptedProvider([])
 
     def before(sending: str) -> None:
-        if len(trips) == 4 and stop_before_result:  # take, preflight, the model step, now the tool's result
+        if len(trips) == 3 and stop_before_result:  # take, preflight, the model step; now the result's trip
             unit = stop_before_result.pop()
             command("SET", keys.stop(keys.owner("chat", unit)), unit)
 
     def run(unit: str) -> str:
+        nonlocal provider
         provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
         gated = LimitedProvider(provider, RedisGate(store, "anthropic|local|k"), limits=None, max_wait=5.0)
         monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
@@ -170,8 +173,13 @@ def test_the_look_after_a_tool_round_rides_the_tool_results_write(store, monkeyp
 
     trips = count_round_trips(store, before=before)
     assert run("t1") == "completed"
-    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA", "EVALSHA+EVALSHA", "EVALSHA"]
+    # take; preflight; the model step; the tool's result with the next preflight; the settle
+    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+EVALSHA+EVALSHA", "EVALSHA"]
     stop_before_result.append("t2")
     assert run("t2") == "stopped"
-    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA"]
-    assert "EVALSHA+EVALSHA" not in trips[4:]  # no second model step was asked for, let alone sent
+    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+EVALSHA+EVALSHA"]
+    assert "EVALSHA+EVALSHA" not in trips[4:]  # no other preflight: the stop ends the turn
+    assert len(provider.requests) == 1  # the second model step was never sent
+    transcript = [json.loads(m) for m in store.lrange(keys.transcript(keys.owner("chat", "t2")), 0, -1)]
+    results = [b for m in transcript for b in m["content"] if b.get("type") == "tool_result"]
+    assert [r["content"] for r in results] == ["value-of-a"], transcript
