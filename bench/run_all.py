@@ -29,6 +29,7 @@ SCRIPTS = [
     "redis_roundtrips",
     "turn_trace",
     "profile_turn",  # prints nothing without py-spy (not a dependency)
+    "turn_phases",
     "throughput",
     "drain",
     "faults",
