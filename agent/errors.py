@@ -59,6 +59,11 @@ class LeaseLost(BatonError):
     failure_class = "infra_transient"  # a lost lease is a lost worker's: the execution that took it goes on
 
 
+class LeaseLostUnsent(LeaseLost):
+    """`LeaseLost` found in an attempt's preflight (the write that led it, tasks/store/preflight.py), before the
+    attempt was sent: it cost nothing, and its reservation settles to nothing."""
+
+
 CancelReason = Literal["stop", "drain"]
 
 

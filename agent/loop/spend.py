@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
 
-from agent.errors import Cancelled, ProviderError
+from agent.errors import Cancelled, LeaseLostUnsent, ProviderError
 from agent.history.context import BYTES_PER_TOKEN
 from agent.loop.failures import FailureClass
 from agent.provider.base import AttemptCut, AttemptFailed, TokenUsage
@@ -117,6 +117,6 @@ class MeteredAttempt:
             return Charge.of(self._usage, price) if self._usage is not None else self._meter.worst
         if isinstance(exc, (AttemptFailed, AttemptCut)):
             return Charge.of(exc.usage, price)
-        if isinstance(exc, (Cancelled, ProviderError, RateLimited)):  # before sending: a stop, a missing key, a wait
-            return Charge(0, 0)
+        if isinstance(exc, (Cancelled, ProviderError, RateLimited, LeaseLostUnsent)):
+            return Charge(0, 0)  # before sending: a stop, a missing key, a wait, a lease lost in the preflight
         return self._meter.worst

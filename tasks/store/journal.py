@@ -16,6 +16,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from agent.errors import LeaseLost, LeaseLostUnsent
 from agent.events import encode_event
 from agent.loop.edge import EventDraft
 from agent.messages.media import encode
@@ -67,7 +68,10 @@ class Riding:
         return self.fence.riding(self.batch, self.reads)
 
     def answer(self, reply: Any) -> None:
-        stop, draining = self.fence.answered(reply)
+        try:
+            stop, draining = self.fence.answered(reply)
+        except LeaseLost as lost:  # in the next attempt's preflight: that attempt is not sent
+            raise LeaseLostUnsent(str(lost)) from None
         self.read(text(stop) if stop is not None else None, bool(draining))
 
 

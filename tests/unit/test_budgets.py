@@ -318,6 +318,31 @@ def test_an_attempt_the_rate_gate_sent_back_to_the_queue_costs_nothing() -> None
     assert settled == [("r1", Charge(0, 0))] and meter.settled == ["r1"]
 
 
+def test_an_attempt_whose_preflight_found_the_lease_lost_costs_nothing() -> None:
+    """A read tool's result leads the next attempt's preflight (tasks/store/preflight.py): a lease found lost there
+    ends the execution before anything is sent, so the attempt's reservation settles to nothing; a lease lost while
+    it streamed (a live text flush) may have been billed: the worst case."""
+    from agent.errors import LeaseLost, LeaseLostUnsent
+    from agent.loop.spend import Charge, Meter
+
+    settled: list[tuple[str, Charge]] = []
+
+    class Held:
+        def reserve(self, worst: Charge) -> str:
+            return f"r{len(settled) + 1}"
+
+        def settle(self, reservation: str, actual: Charge) -> bool:
+            settled.append((reservation, actual))
+            return True
+
+    meter = Meter(Held(), Charge(5000, 9000), None)
+    with pytest.raises(LeaseLostUnsent), meter.attempt():
+        raise LeaseLostUnsent("lease lost")
+    with pytest.raises(LeaseLost), meter.attempt():
+        raise LeaseLost("lease lost")
+    assert settled == [("r1", Charge(0, 0)), ("r2", Charge(5000, 9000))]
+
+
 def test_a_deferred_reservation_goes_with_the_gates_admission_and_refuses_there(store):
     """Behind the rate gate the reservation waits for the admission's round trip: a refusal raises from the
     admission (before anything is sent), a hold is settled as any other, and one withdrawn before its gate asked
