@@ -147,6 +147,17 @@ class Settling:
     ) -> Outcome:
         """End the unit in one fenced write: its transcript, its kept round, its record and ending event, and what
         every terminal settle cleans up; a chat turn's write also reads whom to hand off to."""
+        ending = Ending(
+            rec, state, status, failure, extra, round_raw, stop_reason, UsageOut(**state.usage.model_dump()),
+            self._cut() if status != "completed" else {},  # text the unit was streaming is void
+        )
+        try:
+            # Behind Sentinel or on a cluster the write itself checks that its master still has the replication
+            # history the take read (None on one Redis: nothing to check), so the usual settle costs no INFO.
+            replies = self.fence.commit(self._settle_batch(ending, False), unless_failed_over=self.replication_id)
+        except FailedOver:  # nothing was written: the same, saying what the failover may have cost
+            replies = self.fence.commit(self._settle_batch(ending, True))
+        # Once it is written (a waiting caller is woken by the write, not kept waiting for the line).
         used = state.usage
         log.info(
             "%s %s %s%s: %d attempts; input %d, cache writes %d, cache reads %d, output %d tokens",
@@ -158,16 +169,6 @@ class Settling:
             used.output_tokens,
             extra={"failure_class": failure.failure_class} if failure else {},
         )
-        ending = Ending(
-            rec, state, status, failure, extra, round_raw, stop_reason, UsageOut(**state.usage.model_dump()),
-            self._cut() if status != "completed" else {},  # text the unit was streaming is void
-        )
-        try:
-            # Behind Sentinel or on a cluster the write itself checks that its master still has the replication
-            # history the take read (None on one Redis: nothing to check), so the usual settle costs no INFO.
-            replies = self.fence.commit(self._settle_batch(ending, False), unless_failed_over=self.replication_id)
-        except FailedOver:  # nothing was written: the same, saying what the failover may have cost
-            replies = self.fence.commit(self._settle_batch(ending, True))
         chat = self.unit.driver is Driver.CHAT_TURN
         return Outcome("done", status, hand_off=self._next_turn(replies[0]) if chat else None)
 
