@@ -77,6 +77,19 @@ class NaiveWorker(Worker):
         return self
 
 
+
+def naive_beside(stack: Stack, concurrency: int) -> tuple[Celery, str, NaiveWorker]:
+    """The streaming naive loop's worker on `stack`'s Redis (its own queue), started: a client app, the queue and
+    the worker."""
+    queue = f"{stack.queue}-naive"
+    env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue, "NAIVE_STREAM": "1"}
+    worker = NaiveWorker("naive", env, stack.tmp, concurrency=concurrency)
+    stack.workers.append(worker)
+    worker.start(timeout=60)
+    app = Celery("naive-client", broker=stack.url, backend=stack.url)
+    app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+    return app, queue, worker
+
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 

@@ -29,10 +29,9 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
-from celery import Celery
 
 from bench._common import Row, Stack, print_rows
-from bench.naive_loop import PROMPT, NaiveWorker, one_tool_round
+from bench.naive_loop import PROMPT, naive_beside, one_tool_round
 
 TURNS = 300
 RATE = 1000
@@ -135,13 +134,7 @@ def main(turns: int = TURNS) -> list[Row]:
     with Stack("profile", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         worker = stack.worker("w1", concurrency=1)
         client = stack.client()
-        queue = f"{stack.queue}-naive"
-        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue,
-                                             "NAIVE_STREAM": "1"}, stack.tmp, concurrency=1)
-        stack.workers.append(naive_worker)
-        naive_worker.start(timeout=60)
-        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
-        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+        naive, queue, naive_worker = naive_beside(stack, 1)
         stamp = uuid.uuid4().hex[:6]
 
         def baton(n: int, prefix: str) -> None:

@@ -24,10 +24,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import redis
-from celery import Celery
 
 from bench._common import Row, Stack, fmt, judge, print_rows
-from bench.naive_loop import PROMPT, NaiveWorker, one_tool_round
+from bench.naive_loop import PROMPT, naive_beside, one_tool_round
 
 TURNS = 10
 IDLE_SECONDS = 3.0
@@ -187,14 +186,7 @@ def main(turns: int = TURNS) -> list[Row]:
     with Stack("trace", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         worker = stack.worker("w1", concurrency=2)
         client = stack.client()
-        naive_queue = f"{stack.queue}-naive"
-        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue,
-                                            "NAIVE_STREAM": "1"},
-                                   stack.tmp, concurrency=2)
-        stack.workers.append(naive_worker)
-        naive_worker.start(timeout=60)
-        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
-        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+        naive, naive_queue, naive_worker = naive_beside(stack, 2)
         for i in range(4):  # pool children warm: connections, SDK client, scripts loaded
             client.wait(client.send_message(f"warm-{i}", PROMPT), timeout=30)
             naive.send_task("naive.turn", args=[f"warm-n-{i}", PROMPT], queue=naive_queue).get(timeout=30)

@@ -14,8 +14,9 @@ output tokens): the fleet sends a little less, never more.
 
 A write may lead the round trip (`lead`): a read tool's result, held on its unit's fence, which would otherwise be
 a fenced write of its own between the round of tools and the next model call (tasks/store/journal.py). It goes
-first, its reply is read first, and a lost lease raises `LeaseLost` before any other refusal; what it read (the
-stop and drain flags) is acted on before the attempt is sent. A lead whose write rode a commit first sends nothing.
+first, its reply is read first, and a lost lease raises (`LeaseLostUnsent`) before any other refusal; what it read
+(the stop and drain flags) is acted on before the attempt is sent. A lead whose write rode a commit first sends
+nothing.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class Preflight:
         self._waiting().append(call)
 
     def lead(self, write: Lead) -> None:
-        """`write` goes first in this thread's next round trip (one at a time: a later lead replaces it, whose
-        write then rode the commit that came between)."""
+        """`write` goes first in this thread's next round trip. One at a time: a later lead replaces it, and its write
+        carries every batch its fence still holds (a round's earlier results too)."""
         self._local.lead = write
 
     def forget(self) -> None:

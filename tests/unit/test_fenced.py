@@ -102,6 +102,16 @@ def _lead(fence, batch, reads, seen):
     return Riding(fence, batch, reads, lambda stop, draining: seen.append((stop, draining)))
 
 
+def _holding(lease: str = "tok") -> tuple[fakeredis.FakeRedis, Fence, Batch]:
+    """A store whose lease holds `lease`, a fence of token "tok" on it, and a read tool's result held on the fence."""
+    r = fakeredis.FakeRedis()
+    r.set("lease", lease)
+    fence = Fence(r, "lease", "tok")
+    result = Batch().add("RPUSH", "log", "result")
+    fence.hold(result)
+    return r, fence, result
+
+
 def test_a_held_result_leads_the_next_preflight_with_the_prelude_ahead_and_its_reads_after():
     """A read tool's result rides the next model call's preflight: written first in that round trip (after the
     live text buffered ahead of it, as in every commit), its reads answered before the preflight's own reply."""
@@ -132,11 +142,7 @@ def test_a_lead_whose_result_rode_a_commit_sends_nothing():
     from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
 
-    r = fakeredis.FakeRedis()
-    r.set("lease", "tok")
-    fence = Fence(r, "lease", "tok")
-    result = Batch().add("RPUSH", "log", "result")
-    fence.hold(result)
+    r, fence, result = _holding()
     seen: list[tuple[str | None, bool]] = []
     PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), seen))
     fence.commit(Batch().add("RPUSH", "log", "next"))
@@ -149,11 +155,7 @@ def test_a_lead_under_a_lease_not_ours_raises_lease_lost_and_writes_nothing():
     from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
 
-    r = fakeredis.FakeRedis()
-    r.set("lease", "someone-else")
-    fence = Fence(r, "lease", "tok")
-    result = Batch().add("RPUSH", "log", "result")
-    fence.hold(result)
+    r, fence, result = _holding(lease="someone-else")
     PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))
     with pytest.raises(LeaseLostUnsent):  # the attempt it leads is not sent: its reservation settles to nothing
         PREFLIGHT.run(r, registered(r, "return 1"), ["x"], [])
@@ -165,11 +167,7 @@ def test_forget_drops_a_lead_the_execution_never_sent():
     from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
 
-    r = fakeredis.FakeRedis()
-    r.set("lease", "tok")
-    fence = Fence(r, "lease", "tok")
-    result = Batch().add("RPUSH", "log", "result")
-    fence.hold(result)
+    r, fence, result = _holding()
     PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))
     PREFLIGHT.forget()
     assert PREFLIGHT.run(r, registered(r, "return 1"), ["x"], []) == 1
