@@ -94,13 +94,24 @@ class UnitRecord(BaseModel):
     def from_hash(cls, raw: dict[bytes | str, bytes | str]) -> UnitRecord | None:
         if not raw:
             return None
-        data = {text(k): json.loads(text(v)) for k, v in raw.items()}
-        return cls.model_validate(data)
+        # Each field's value is JSON already: one document of them all, parsed and validated by pydantic at once,
+        # takes a third of the time of a `json.loads` a field and a validation of the dict (the take reads a record
+        # for every turn, and so does every wait).
+        body = ",".join(f"{_quoted(text(k))}:{text(v)}" for k, v in raw.items())
+        return cls.model_validate_json("{" + body + "}")
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+
+
+_FIELD_NAMES = {name: json.dumps(name) for name in UnitRecord.model_fields}
+
+
+def _quoted(field: str) -> str:
+    """A record field's name as a JSON string (the model's own names are quoted once)."""
+    return _FIELD_NAMES.get(field) or json.dumps(field)
 
 class TurnRef(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -158,3 +158,28 @@ def test_other_starts_are_left_to_the_execution(case):
     assert taken.acquired is True and taken.started is False
     assert r.lrange(keys.transcript(OWNER), 0, -1) == [b"m0"] and not r.exists(keys.events(OWNER))
     assert json.loads(r.hget(keys.record(OWNER, "t1"), "status")) == "queued"
+
+
+def test_a_record_reads_back_from_its_hash_as_written():
+    """`from_hash` parses the hash's fields as one JSON document: the same record as a `json.loads` a field and a
+    validation of the dict would give, non-ASCII text, files, a failure (its `class` alias), usage and nulls
+    included; a field the model does not know is ignored, a value that is not JSON refused."""
+    from agent.messages import ImageBlock
+    from tasks.store.records import Failure
+
+    rec = UnitRecord(
+        kind="turn", owner_id="chat:c", unit_id="t-1", status="failed", text='héllo "☃" 😀\n\\u0000', user=None,
+        files=[ImageBlock(sha256="ab" * 32, media_type="image/png", bytes=70, name="a.png")],
+        created_at=1796494830.3134308,
+        failure=Failure.model_validate({"class": "provider_overloaded", "retryable": True, "message": "overloaded"}),
+    )
+    raw = {k.encode(): v.encode() for k, v in rec.to_hash().items()}
+    raw[b"usage"] = json.dumps({"input_tokens": 10, "output_tokens": 5}).encode()
+    raw[b"someday"] = b'{"a": [1, 2]}'
+    assert UnitRecord.from_hash(raw) == UnitRecord.model_validate(
+        {k.decode(): json.loads(v) for k, v in raw.items()}
+    )
+    back = UnitRecord.from_hash(raw)
+    assert back is not None and (back.text, back.files, back.failure) == (rec.text, rec.files, rec.failure)
+    with pytest.raises(ValueError):
+        UnitRecord.from_hash({**raw, b"status": b"running"})
