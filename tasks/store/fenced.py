@@ -250,11 +250,25 @@ class Fence:
         the prelude and that batch's write."""
         return self._lock
 
+    def _call(self, batch: Batch, unless_failed_over: str | None = None) -> tuple[list[str], list[str]]:
+        """The fenced script's keys and arguments for writing `batch` (see `_FENCED`)."""
+        return [self._lease_key, *batch.keys], [self._token, unless_failed_over or "", *batch.ops_args()]
+
+    def _ahead(self, *, held: bool) -> Batch:
+        """What goes ahead of a write, the caller holding `lock`: the prelude (buffered live text) and, with `held`,
+        the batches held for it (taken: they go with this write)."""
+        ahead = self.prelude() if self.prelude is not None else Batch()
+        if held:
+            for batch in self._held:
+                ahead.extend(batch)
+            self._held = []
+        return ahead
+
     def queue(self, batch: Batch, pipe: redis.client.Pipeline) -> None:
         """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
         lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
         (SCRIPT EXISTS) once, however many fences it carries."""
-        run_script(self._script, [self._lease_key, *batch.keys], [self._token, "", *batch.ops_args()], pipe)
+        run_script(self._script, *self._call(batch), pipe)
 
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
@@ -276,12 +290,7 @@ class Fence:
             if not any(held is batch for held in self._held):
                 yield None
                 return
-            write = self.prelude() if self.prelude is not None else Batch()
-            for held in self._held:
-                write.extend(held)
-            self._held = []
-            write.extend(reads)
-            yield self._script, [self._lease_key, *write.keys], [self._token, "", *write.ops_args()]
+            yield self._script, *self._call(self._ahead(held=True).extend(reads))
 
     def answered(self, reply: Any) -> list[Any]:
         """The replies of a `riding` write's reads, or `LeaseLost` when it wrote nothing."""
@@ -306,18 +315,12 @@ class Fence:
         has another, nothing is written and `FailedOver` raised (what this commit took to send ahead of `batch`,
         held writes and buffered live text, is held for the next one)."""
         with self._lock:
-            ahead = Batch()
-            if self.prelude is not None:
-                ahead = self.prelude()
-            if self._held and batch:  # a flush of the prelude alone (live text) leaves it held
-                for held in self._held:
-                    ahead.extend(held)
-                self._held = []
+            ahead = self._ahead(held=bool(batch))  # a flush of the prelude alone (live text) leaves them held
             if ahead:  # a copy: `ahead` alone is what a write that finds a failover keeps held
                 batch = Batch().extend(ahead).extend(batch)
             if not batch:
                 return []
-            keys, args = [self._lease_key, *batch.keys], [self._token, unless_failed_over or "", *batch.ops_args()]
+            keys, args = self._call(batch, unless_failed_over)
             acked = replicas
             if not replicas:
                 reply = self._script(keys=keys, args=args)
