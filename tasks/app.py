@@ -10,10 +10,12 @@ from celery import Celery
 
 from config.celeryconfig import celery_config
 from config.settings import current
-from tasks.runtime.gevent_compat import keep_trio_out_under_gevent
+from tasks.runtime.gevent_compat import cooperative_retry_waits, keep_trio_out_under_gevent
 
-# Before the SDK is imported by anything of the worker's (the module says why).
+# Before the SDK is imported by anything of the worker's, and before the consumer first reconnects (the module says
+# why).
 keep_trio_out_under_gevent()
+cooperative_retry_waits()
 
 # What a worker imports at start: the task drivers, and the runtime hooked to worker signals.
 INCLUDE = [
