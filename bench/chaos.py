@@ -763,7 +763,7 @@ class Chaos:
 
         # Single flight: tool intervals of one unit (owner) never overlap across processes.
         overlaps = self._interval_overlaps()
-        v.extend(overlaps)
+        v.extend(text for _, text in overlaps)
         unleased = self._unleased()
         if self.fake.rejections:
             v.extend(f"fake API rejected a request (invalid history sent): {r[:200]}" for r in self.fake.rejections)
@@ -771,8 +771,13 @@ class Chaos:
             v.append(f"{self.model.unrouted} requests carried no chaos marker")
         leftovers = self._leftovers()
         logs = "".join(w.log() for w in [*self.workers, *self.retired])
+        if overlaps:  # what the workers said about those units, and any beat that came late: the story of a takeover
+            owners = {owner for owner, _ in overlaps}
+            told = [ln for ln in logs.splitlines() if "beat came" in ln or any(o in ln for o in owners)]
+            v.extend(f"  log: {ln[:300]}" for ln in told[-40:])
         return {
             "swept": logs.count("its worker was lost; requeued"),
+            "late_beats": logs.count("the beat came"),
             "republished": logs.count("the broker lost its message before it started"),
             "statuses": statuses,
             "failure_classes": classes,
@@ -792,7 +797,8 @@ class Chaos:
         mine = [f"{d['ev']} pid={d['pid']} t={d['t']:.2f}" for d in lines if d["note"] == note]
         return "; ".join(mine)
 
-    def _interval_overlaps(self) -> list[str]:
+    def _interval_overlaps(self) -> list[tuple[str, str]]:
+        """(owner, what overlapped) for every two executors inside the write tool of one owner at once."""
         lines = [json.loads(x) for x in self.counter_client.lrange(PROBE_LOG, 0, -1)]
         # An executor is a (pid, thread): on a threads pool one process runs many units, and could run one twice.
         ends = {(d["pid"], d.get("tid"), d["note"]): d["t"] for d in lines if d["ev"] == "end"}
@@ -814,8 +820,8 @@ class Chaos:
                         break
                     if p1 == p2:
                         continue
-                    found.append(f"two live executions of {owner}: pid {p1} in {n1} [{s1:.2f}-{e1:.2f}] and pid"
-                                 f" {p2} in {n2} [{s2:.2f}-{e2:.2f}]")
+                    found.append((owner, f"two live executions of {owner}: pid {p1} in {n1} [{s1:.2f}-{e1:.2f}]"
+                                          f" and pid {p2} in {n2} [{s2:.2f}-{e2:.2f}]"))
         return found
 
     def _unleased(self) -> int:
@@ -1064,7 +1070,8 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
           f"failed-turn prompts merged by repair {s['failed_turn_prompts_merged']}; "
           f"tool starts without the lease {s['unleased_tool_starts']}")
     print(f"  recovery in the workers' logs: {s['swept']} lost executions requeued by the lease sweep, "
-          f"{s['republished']} lost broker messages republished by the pending sweep")
+          f"{s['republished']} lost broker messages republished by the pending sweep; "
+          f"{s['late_beats']} lease beats over 1 s late")
     print(f"  left in {'the cluster' if chaos.cluster is not None else 'Redis'} after quiescence: {s['leftovers']}")
     print(f"  violations {len(chaos.violations)}", flush=True)
     for line in chaos.violations[:50]:

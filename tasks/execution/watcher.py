@@ -46,6 +46,9 @@ def drain_on_signal() -> bool:
     return _units_here[0] > 0
 # How long a unit leaving waits for a beat in flight to finish (so no beat acts for it once it is gone).
 LEAVE_WAIT_SECONDS = 2.0
+# A beat this late puts the process's leases at risk: another worker may take a unit whose lease lapsed while this
+# one still runs it. Only a process starved of the CPU, stopped, or whose event loop a call blocked is this late.
+LATE_BEAT_SECONDS = 1.0
 
 
 class Watcher:
@@ -253,6 +256,10 @@ class Poller:
         while True:
             deadline += self._interval
             time.sleep(max(0.0, deadline - time.monotonic()))
+            late = time.monotonic() - deadline
+            if late > LATE_BEAT_SECONDS:
+                log.warning("watcher: the beat came %.1f s late (this process was starved or blocked); its units'"
+                            " leases were at risk", late)
             deadline = max(deadline, time.monotonic() - self._interval)  # after a long stall, do not catch up
             try:
                 self.beat()
