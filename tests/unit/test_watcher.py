@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import fakeredis
 import pytest
 import redis
@@ -218,3 +221,28 @@ def test_a_sigterm_drains_the_units_running_then_and_not_those_started_after(mon
     before.stop()
     after.stop()
     assert watching._units_here == [0]
+
+
+def test_a_beat_that_comes_over_a_second_late_is_logged(monkeypatch, caplog):
+    """A process that stood still (a blocked event loop, a stopped or starved process) beats late, and a lease that
+    lapses then may be taken by another worker while this one still runs the unit: the warning says so."""
+    r = fakeredis.FakeRedis()
+    watcher, _ = _watcher(r)
+    poller = watching.Poller(r, interval=0.05)
+    stalls, real = [1.2], watching.beat
+
+    def stalled_once(client, watchers, **kwargs):
+        if stalls:
+            time.sleep(stalls.pop())  # the next beat is due 0.05 s later, and comes 1.15 s after that
+        real(client, watchers, **kwargs)
+
+    monkeypatch.setattr(watching, "beat", stalled_once)
+    with caplog.at_level(logging.WARNING, logger="baton.watcher"):
+        poller.add(watcher)
+        try:
+            deadline = time.monotonic() + 5
+            while "the beat came" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            poller.discard(watcher)
+    assert "the beat came 1.1 s late" in caplog.text or "the beat came 1.2 s late" in caplog.text
