@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import fakeredis
@@ -232,7 +233,7 @@ def test_a_beat_that_comes_over_a_second_late_is_logged(monkeypatch, caplog):
     stalls, real = [1.2], watching.beat
 
     def stalled_once(client, watchers, **kwargs):
-        if stalls:
+        if stalls and watcher in watchers:  # this poller's beat (other tests' idle pollers beat too)
             time.sleep(stalls.pop())  # the next beat is due 0.05 s later, and comes 1.15 s after that
         real(client, watchers, **kwargs)
 
@@ -240,9 +241,10 @@ def test_a_beat_that_comes_over_a_second_late_is_logged(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="baton.watcher"):
         poller.add(watcher)
         try:
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 10
             while "the beat came" not in caplog.text and time.monotonic() < deadline:
                 time.sleep(0.02)
         finally:
             poller.discard(watcher)
-    assert "the beat came 1.1 s late" in caplog.text or "the beat came 1.2 s late" in caplog.text
+    late = re.search(r"the beat came (\d+\.\d) s late", caplog.text)
+    assert late is not None and float(late.group(1)) >= 1.1, caplog.text
