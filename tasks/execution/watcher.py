@@ -46,8 +46,10 @@ def drain_on_signal() -> bool:
     return _units_here[0] > 0
 # How long a unit leaving waits for a beat in flight to finish (so no beat acts for it once it is gone).
 LEAVE_WAIT_SECONDS = 2.0
-# A beat this late puts the process's leases at risk: another worker may take a unit whose lease lapsed while this
-# one still runs it. Only a process starved of the CPU, stopped, or whose event loop a call blocked is this late.
+# A poller that wakes this late from its pause between beats puts the process's leases at risk: another worker may
+# take a unit whose lease lapsed while this one still runs it. Only a process starved of the CPU, stopped, or whose
+# event loop a call blocked (gevent) oversleeps this much. A beat that is slow because the store is (a failover, a
+# restart) is not counted: no other worker can take the lease from a store that does not answer either.
 LATE_BEAT_SECONDS = 1.0
 
 
@@ -213,9 +215,12 @@ def _act(action: Callable[..., None], *args: Any, **kwargs: Any) -> None:
 class Poller:
     """The process's one beating thread for all its running units (started with the first, idle without)."""
 
-    def __init__(self, client: redis.Redis, *, interval: float = POLL_SECONDS) -> None:
+    def __init__(
+        self, client: redis.Redis, *, interval: float = POLL_SECONDS, pause: Callable[[float], None] | None = None
+    ) -> None:
         self._client = client
         self._interval = interval
+        self._pause = pause  # how the thread waits between beats (time.sleep, looked up when called)
         self._watchers: dict[int, Watcher] = {}
         self._lock = threading.Lock()  # guards `_watchers`
         self._beating = threading.Lock()  # held for a beat, so a unit that leaves is not acted on after
@@ -255,8 +260,9 @@ class Poller:
         deadline = time.monotonic()
         while True:
             deadline += self._interval
-            time.sleep(max(0.0, deadline - time.monotonic()))
-            late = time.monotonic() - deadline
+            pause, asked = max(0.0, deadline - time.monotonic()), time.monotonic()
+            (self._pause or time.sleep)(pause)
+            late = time.monotonic() - asked - pause
             if late > LATE_BEAT_SECONDS:
                 log.warning("watcher: the beat came %.1f s late (this process was starved or blocked); its units'"
                             " leases were at risk", late)

@@ -224,20 +224,18 @@ def test_a_sigterm_drains_the_units_running_then_and_not_those_started_after(mon
     assert watching._units_here == [0]
 
 
-def test_a_beat_that_comes_over_a_second_late_is_logged(monkeypatch, caplog):
-    """A process that stood still (a blocked event loop, a stopped or starved process) beats late, and a lease that
-    lapses then may be taken by another worker while this one still runs the unit: the warning says so."""
+def test_a_beat_that_comes_over_a_second_late_is_logged(caplog):
+    """A process that stood still (a blocked event loop, a stopped or starved process) wakes late from the poller's
+    pause, and a lease that lapses then may be taken by another worker while this one still runs the unit: the
+    warning says so. A beat that is slow because the store is does not count (next test)."""
     r = fakeredis.FakeRedis()
     watcher, _ = _watcher(r)
-    poller = watching.Poller(r, interval=0.05)
-    stalls, real = [1.2], watching.beat
+    stalls = [1.2]
 
-    def stalled_once(client, watchers, **kwargs):
-        if stalls and watcher in watchers:  # this poller's beat (other tests' idle pollers beat too)
-            time.sleep(stalls.pop())  # the next beat is due 0.05 s later, and comes 1.15 s after that
-        real(client, watchers, **kwargs)
+    def pause(seconds: float) -> None:
+        time.sleep(seconds + (stalls.pop() if stalls else 0.0))  # once, the process stands still 1.2 s longer
 
-    monkeypatch.setattr(watching, "beat", stalled_once)
+    poller = watching.Poller(r, interval=0.05, pause=pause)
     with caplog.at_level(logging.WARNING, logger="baton.watcher"):
         poller.add(watcher)
         try:
@@ -248,3 +246,32 @@ def test_a_beat_that_comes_over_a_second_late_is_logged(monkeypatch, caplog):
             poller.discard(watcher)
     late = re.search(r"the beat came (\d+\.\d) s late", caplog.text)
     assert late is not None and float(late.group(1)) >= 1.1, caplog.text
+
+
+def test_a_beat_slow_because_the_store_is_is_not_called_late(monkeypatch, caplog):
+    """A beat whose round trip takes 1.2 s (a failover, a restart: no other worker reaches the lease either) is the
+    store's delay, not this process's, and says nothing of it."""
+    r = fakeredis.FakeRedis()
+    watcher, _ = _watcher(r)
+    slow, real = [1.2], watching.beat
+    beats: list[float] = []
+
+    def slow_once(client, watchers, **kwargs):
+        if watcher in watchers:  # this poller's beat (other tests' idle pollers beat too)
+            beats.append(time.monotonic())
+            if slow:
+                time.sleep(slow.pop())
+        real(client, watchers, **kwargs)
+
+    monkeypatch.setattr(watching, "beat", slow_once)
+    poller = watching.Poller(r, interval=0.05)
+    with caplog.at_level(logging.WARNING, logger="baton.watcher"):
+        poller.add(watcher)
+        try:
+            deadline = time.monotonic() + 10
+            while len(beats) < 4 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            poller.discard(watcher)
+    assert len(beats) >= 4 and beats[1] - beats[0] >= 1.2  # the slow beat ran, and the poller went on after it
+    assert "the beat came" not in caplog.text
