@@ -23,11 +23,13 @@ violation. Logs are kept (path printed) when something fails.
 
 With `--store cluster` the store is a private Redis Cluster of 3 masters, no replicas, AOF on every node
 (`tests/support/redis_cluster.py`; `--appendfsync` is set on every node as on the one Redis), and the broker is
-not the store: `--broker redis` is a separate plain AOF redis-server (also Celery's result backend; never killed),
-`--broker amqp` the private RabbitMQ node. The Redis crash becomes kill -9 of one master (the seeded RNG picks
-which) and its restart on the same port and AOF after the outage; the driver sends nothing until every node says
-cluster_state:ok again, and how long that took after the restart is printed. Every check reads the cluster
-(`redis.cluster.RedisCluster`; the indexes over their 64 shards through `tasks.store.indexes`).
+not the store: `--broker redis` is a separate plain AOF redis-server (also Celery's result backend), `--broker amqp`
+the private RabbitMQ node. The Redis crash becomes kill -9 of one master (the seeded RNG picks which) and its restart
+on the same port and AOF after the outage; the driver sends nothing until every node says cluster_state:ok again,
+and how long that took after the restart is printed. A separate Redis broker has a crash of its own among the
+events: kill -9 and a restart after the outage, while every worker's consumer retries it and the units go on.
+Every check reads the cluster (`redis.cluster.RedisCluster`; the indexes over their 64 shards through
+`tasks.store.indexes`).
 """
 
 from __future__ import annotations
@@ -250,6 +252,7 @@ class ChatSlot:
 class Figures:
     kills: Counter[str] = field(default_factory=Counter)
     redis_restarts: int = 0
+    broker_restarts: int = 0  # a broker of its own (beside a cluster store) killed -9 and restarted
     outage_seconds: float = 0.0
     master_back_seconds: list[float] = field(default_factory=list)  # cluster: restart -> cluster_state ok everywhere
     samples: int = 0
@@ -299,7 +302,9 @@ class Chaos:
 
             self.rabbitmq = RabbitMQNode(self.tmp / "rabbitmq").start()
         elif self.cluster is not None:
-            self.broker = EmbeddedRedis(self.tmp / "broker", aof=True).start()  # never killed: the store's crash is
+            # Killed -9 and restarted on its port by the `broker` event, as the store is by `redis`.
+            self.broker = EmbeddedRedis(self.tmp / "broker", aof=True, port=free_port()).start()
+            self._apply_fsync(self.broker.url)
         self.counter = EmbeddedRedis(self.tmp / "counter").start()
         self.model = ChaosModel(self.cfg.seed + 1, self.cfg.fault_rate, self.cfg.stall_seconds)
         self.fake = FakeMessagesServer(self.model).start()
@@ -325,9 +330,9 @@ class Chaos:
         for node in self.masters:
             self._apply_node_fsync(node)
 
-    def _apply_fsync(self) -> None:
+    def _apply_fsync(self, url: str | None = None) -> None:
         if self.cfg.appendfsync != "everysec":
-            redis.Redis.from_url(self.store.url).config_set("appendfsync", self.cfg.appendfsync)
+            redis.Redis.from_url(url or self.store.url).config_set("appendfsync", self.cfg.appendfsync)
 
     def _apply_node_fsync(self, node: Any) -> None:
         """A cluster node's config file says `appendfsync always` (tests/support/redis_cluster.py): the bench's
@@ -485,6 +490,8 @@ class Chaos:
 
     def chaos(self, until: float) -> None:
         kinds = ["sigkill", "sigterm", "redis", "child"]
+        if self.broker is not None:  # a broker of its own (beside a cluster store): its outage is a fault of its own
+            kinds.append("broker")
         plan = self.rng.sample(kinds, len(kinds))  # every kind at least once, early
         if self.cluster is not None:
             # A master's crash is what the cluster store adds; a short run's 45 s hold about three events (each
@@ -499,7 +506,7 @@ class Chaos:
             while time.monotonic() < moment:
                 self.supervise()
                 time.sleep(min(0.5, max(0.0, moment - time.monotonic())))
-            kind = plan.pop(0) if plan else self.rng.choices(kinds, weights=[3, 3, 2, 2])[0]
+            kind = plan.pop(0) if plan else self.rng.choices(kinds, weights=[3, 3, 2, 2, 2][:len(kinds)])[0]
             getattr(self, f"_{kind}")()
 
     def supervise(self) -> None:
@@ -568,6 +575,18 @@ class Chaos:
             self._apply_fsync()
         self.figures.redis_restarts += 1
         self.figures.outage_seconds += outage
+
+    def _broker(self) -> None:
+        """kill -9 the broker (a Redis of its own, on its AOF) and restart it after the outage: every worker's
+        consumer retries it meanwhile, and the units they run go on against the store."""
+        outage = self.rng.uniform(*self.cfg.outage)
+        with self.lock:
+            print(f"  [{_clock()}] kill -9 the broker; restart in {outage:.1f}s", flush=True)
+            self.broker.kill9()
+            time.sleep(outage)
+            self.broker.start()
+            self._apply_fsync(self.broker.url)
+        self.figures.broker_restarts += 1
 
     def _master(self) -> None:
         """The cluster's Redis crash: kill -9 one master (seeded), restart it on its port and AOF after the outage,
@@ -1055,7 +1074,7 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
     if chaos.cluster is not None:
         backs = ", ".join(f"{b:.1f}" for b in f.master_back_seconds) or "-"
         restarts = (f"cluster master restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down; cluster_state ok "
-                    f"[{backs}]s after each restart)")
+                    f"[{backs}]s after each restart); broker restarts {f.broker_restarts}")
     else:
         restarts = f"redis restarts {f.redis_restarts} ({f.outage_seconds:.1f}s down)"
     print(f"  kills {dict(f.kills)}; {restarts}; "

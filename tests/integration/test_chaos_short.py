@@ -39,7 +39,8 @@ def test_short_chaos_keeps_every_promise(store: str, broker: str, pool: str):
     brokers, and on the threads and gevent pools too (concurrency 8: every unit of a worker in its one process,
     beaten by one poller); those pools on RabbitMQ are left to `python -m bench.chaos --broker amqp --pool threads`
     (or `gevent`), for CI time. On a Redis Cluster store (3 masters, the broker a separate plain Redis) the Redis
-    crash is kill -9 of one master, restarted on its AOF, and every check reads the cluster."""
+    crash is kill -9 of one master, restarted on its AOF, the broker may be killed -9 and restarted too, and every
+    check reads the cluster."""
     if broker == "amqp" and find_rabbitmq_server() is None:
         pytest.skip("rabbitmq-server is not installed (Debian: apt-get install rabbitmq-server; .ci/run does)")
     if store == "cluster" and find_cluster_binaries() is None:
