@@ -566,27 +566,27 @@ class Chaos:
         if self.cluster is not None:
             self._master()
             return
-        outage = self.rng.uniform(*self.cfg.outage)
-        with self.lock:
-            print(f"  [{_clock()}] kill -9 Redis; restart in {outage:.1f}s", flush=True)
-            self.store.kill9()
-            time.sleep(outage)
-            self.store.start()
-            self._apply_fsync()
+        outage = self._crash(self.store, "Redis")
         self.figures.redis_restarts += 1
         self.figures.outage_seconds += outage
 
     def _broker(self) -> None:
         """kill -9 the broker (a Redis of its own, on its AOF) and restart it after the outage: every worker's
         consumer retries it meanwhile, and the units they run go on against the store."""
+        self._crash(self.broker, "the broker")
+        self.figures.broker_restarts += 1
+
+    def _crash(self, server: Any, name: str) -> float:
+        """kill -9 `server`, restart it on its port and AOF after a seeded outage (the driver held meanwhile), and
+        set `--appendfsync` on it again; returns the outage."""
         outage = self.rng.uniform(*self.cfg.outage)
         with self.lock:
-            print(f"  [{_clock()}] kill -9 the broker; restart in {outage:.1f}s", flush=True)
-            self.broker.kill9()
+            print(f"  [{_clock()}] kill -9 {name}; restart in {outage:.1f}s", flush=True)
+            server.kill9()
             time.sleep(outage)
-            self.broker.start()
-            self._apply_fsync(self.broker.url)
-        self.figures.broker_restarts += 1
+            server.start()
+            self._apply_fsync(server.url)
+        return outage
 
     def _master(self) -> None:
         """The cluster's Redis crash: kill -9 one master (seeded), restart it on its port and AOF after the outage,
