@@ -260,7 +260,8 @@ class Poller:
         deadline = time.monotonic()
         while True:
             deadline += self._interval
-            pause, asked = max(0.0, deadline - time.monotonic()), time.monotonic()
+            asked = time.monotonic()
+            pause = max(0.0, deadline - asked)
             (self._pause or time.sleep)(pause)
             late = time.monotonic() - asked - pause
             if late > LATE_BEAT_SECONDS:

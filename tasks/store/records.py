@@ -105,13 +105,13 @@ class UnitRecord(BaseModel):
         return self.status in TERMINAL
 
 
-
 _FIELD_NAMES = {name: json.dumps(name) for name in UnitRecord.model_fields}
 
 
 def _quoted(field: str) -> str:
     """A record field's name as a JSON string (the model's own names are quoted once)."""
     return _FIELD_NAMES.get(field) or json.dumps(field)
+
 
 class TurnRef(BaseModel):
     model_config = ConfigDict(frozen=True)
