@@ -78,11 +78,11 @@ class NaiveWorker(Worker):
 
 
 
-def naive_beside(stack: Stack, concurrency: int) -> tuple[Celery, str, NaiveWorker]:
+def naive_beside(stack: Stack, concurrency: int, **extra: str) -> tuple[Celery, str, NaiveWorker]:
     """The streaming naive loop's worker on `stack`'s Redis (its own queue), started: a client app, the queue and
-    the worker."""
+    the worker (`extra`: more of its environment)."""
     queue = f"{stack.queue}-naive"
-    env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue, "NAIVE_STREAM": "1"}
+    env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue, "NAIVE_STREAM": "1", **extra}
     worker = NaiveWorker("naive", env, stack.tmp, concurrency=concurrency)
     stack.workers.append(worker)
     worker.start(timeout=60)

@@ -3,7 +3,9 @@
 Loaded by the worker as its tools (`BATON_TOOLS=bench.phase_marks:TOOLS`, the same `peek` as `bench.tools`), it
 wraps the execution's steps, the provider call and redis-py's send and read with a clock read on entry and exit,
 and appends each execution's marks as one line to the file `BATON_BENCH_PHASES` names. A mark costs ~1 µs; the
-figures are wall time on the unit's thread (a wait for Redis or the provider included), not CPU.
+figures are wall time on the unit's thread (a wait for Redis or the provider included), not CPU. With
+`BATON_BENCH_ARRIVALS` it also marks, by the wall clock (`bench.arrivals`), each task's arrival in the worker's main
+process and its start in the pool child, and `written` when the settle's write returns (what wakes a waiting client).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tasks.execution.flow
 import tasks.execution.settling
 import tasks.store.fenced
 import tasks.store.journal
+from bench import arrivals
 from bench.tools import TOOLS
 
 __all__ = ["TOOLS"]
@@ -45,6 +48,20 @@ def _wrapped(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _mark(owner: Any, attribute: str, name: str) -> None:
     setattr(owner, attribute, _wrapped(name, getattr(owner, attribute)))
+
+
+def _written(commit: Callable[..., Any]) -> Callable[..., Any]:
+    """The settle's write, marked once it returns: the first commit of an execution after `settle<`."""
+
+    @functools.wraps(commit)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        reply = commit(*args, **kwargs)
+        if any(name == "settle<" for name, _ in _marks) and not any(name == "written" for name, _ in _marks):
+            arrivals.mark("written")
+            _marks.append(("written", time.perf_counter()))
+        return reply
+
+    return marked
 
 
 def _execution(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,3 +94,5 @@ if os.environ.get("BATON_BENCH_PHASES"):
     _mark(redis.connection.AbstractConnection, "send_packed_command", "send")
     _mark(redis.connection.AbstractConnection, "read_response", "read")
     flow.Execution.run = _execution(flow.Execution.run)  # type: ignore[method-assign]
+    tasks.store.fenced.Fence.commit = _written(tasks.store.fenced.Fence.commit)  # type: ignore[method-assign]
+    arrivals.track()
