@@ -6,11 +6,13 @@ prompt.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
@@ -184,7 +186,7 @@ def execute(t: Tool, arguments: dict[str, Any], *, idempotency_key: str | None =
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in err.errors())
         return ToolOutcome(cap_result(f"invalid arguments for {t.name}: {problems}"), is_error=True)
     kwargs = dict(checked) if checked is not None else dict(arguments)
-    if IDEMPOTENCY_PARAM in inspect.signature(t.fn).parameters:
+    if _takes_key(t.fn):
         kwargs[IDEMPOTENCY_PARAM] = idempotency_key
     try:
         content, files = tool_content(t.fn(**kwargs), _render)
@@ -193,6 +195,21 @@ def execute(t: Tool, arguments: dict[str, Any], *, idempotency_key: str | None =
         return ToolOutcome(cap_result(str(err)), is_error=True)
     except Exception as err:  # a tool's bug must reach the model as a result, not end the turn
         return ToolOutcome(cap_result(f"{type(err).__name__}: {err}"), is_error=True)
+
+
+_takes: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` takes the call's idempotency key. Asked once a function: `inspect.signature` costs ~10 µs, on
+    every tool call's path. (A callable that cannot be weakly referenced is asked every time.)"""
+    try:
+        return _takes[fn]
+    except (KeyError, TypeError):
+        takes = IDEMPOTENCY_PARAM in inspect.signature(fn).parameters
+    with contextlib.suppress(TypeError):
+        _takes[fn] = takes
+    return takes
 
 
 def load_tools(spec: str) -> list[Tool]:

@@ -161,6 +161,27 @@ def test_idempotency_key_injected_only_when_declared():
     assert smuggled.is_error and seen == ["chat:toolu_1"]
 
 
+def test_a_callable_without_weak_references_still_gets_its_key_on_every_call():
+    """Whether a tool takes the key is remembered per function; a callable that cannot be weakly referenced (an
+    object with `__slots__`) is asked each time, and each call still gets its own key."""
+
+    class Charge:
+        __slots__ = ("seen",)
+
+        def __init__(self) -> None:
+            self.seen: list[str | None] = []
+
+        def __call__(self, amount: int, idempotency_key: str | None = None) -> str:
+            self.seen.append(idempotency_key)
+            return "ok"
+
+    fn = Charge()
+    charge = Tool(name="charge", description="Charge.", input_schema={"type": "object"}, effect="write", fn=fn)
+    for key in ("chat:toolu_1", "chat:toolu_2"):
+        assert execute(charge, {"amount": 1}, idempotency_key=key) == ToolOutcome("ok")
+    assert fn.seen == ["chat:toolu_1", "chat:toolu_2"]
+
+
 def test_cap_result_keeps_head_and_tail_and_marks_the_cut():
     """Results over the cap keep their head (3/4 of what fits beside the marker) and tail (the rest), with a
     marker between them saying how much was cut, all within the cap; others pass untouched. The properties
