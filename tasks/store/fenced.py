@@ -20,6 +20,7 @@ from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
+from tasks.store.sent_ahead import SentAhead
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
 # arguments, arguments (flat, not one JSON document: decoding one cost the server ~10 µs a KB, and a batch's
@@ -241,6 +242,7 @@ class Fence:
         self._script = registered(client, _FENCED)
         self._lock = threading.Lock()
         self._held: list[Batch] = []  # for the next commit, in order (`hold`)
+        self._ahead_sent: SentAhead | None = None  # a write whose reply is read before the next (`send_ahead`)
         self.prelude: Callable[[], Batch] | None = None
 
     @property
@@ -268,6 +270,7 @@ class Fence:
         """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
         lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
         (SCRIPT EXISTS) once, however many fences it carries."""
+        self._confirm_ahead()
         run_script(self._script, *self._call(batch), pipe)
 
     def hold(self, batch: Batch) -> None:
@@ -287,6 +290,7 @@ class Fence:
         `reads` after it; None when `batch` rode a commit already. Built and sent under `lock`, so no commit comes
         between; `answered` reads the reply."""
         with self._lock:
+            self._confirm_ahead()
             if not any(held is batch for held in self._held):
                 yield None
                 return
@@ -315,6 +319,7 @@ class Fence:
         has another, nothing is written and `FailedOver` raised (what this commit took to send ahead of `batch`,
         held writes and buffered live text, is held for the next one)."""
         with self._lock:
+            self._confirm_ahead()
             ahead = self._ahead(held=bool(batch))  # a flush of the prelude alone (live text) leaves them held
             if ahead:  # a copy: `ahead` alone is what a write that finds a failover keeps held
                 batch = Batch().extend(ahead).extend(batch)
@@ -332,10 +337,45 @@ class Fence:
             if reply == 2:
                 self._held = [ahead] if ahead else []
                 raise FailedOver(f"the master of {self._lease_key} failed over since the execution started")
-        if not reply:
-            raise LeaseLost(f"lease {self._lease_key} is held by another execution")
+        self._owned(reply)
         if replicas and int(acked) < replicas:
             raise ReplicationUnconfirmed(
                 f"{acked} of {replicas} replicas confirmed the write within {timeout_ms} ms"
             )
         return list(reply[1:])
+
+    def send_ahead(self, batch: Batch) -> None:
+        """Write `batch` as `commit` does, its reply read later (tasks/store/sent_ahead.py): by the next write of
+        this fence, whatever it is, which raises `LeaseLost` if this one found the lease lost. For a write whose
+        next step may run before it is confirmed (a round of read tools). Where nothing can be sent ahead, a commit."""
+        with self._lock:
+            self._confirm_ahead()
+            ahead = self._ahead(held=True)
+            if ahead:
+                batch = Batch().extend(ahead).extend(batch)
+            keys, args = self._call(batch)
+            self._ahead_sent = SentAhead.hold(self._client, self._script, keys, args)
+            if self._ahead_sent is None:
+                self._owned(self._script(keys=keys, args=args))
+
+    def confirm_ahead(self) -> None:
+        """Read the reply of a write sent ahead, if one is out (`LeaseLost` if it found the lease lost)."""
+        with self._lock:
+            self._confirm_ahead()
+
+    def drop_ahead(self) -> None:
+        """At the execution's end: a write still out is left unread (its connection closed, never reused)."""
+        with self._lock:
+            sent, self._ahead_sent = self._ahead_sent, None
+        if sent is not None:
+            sent.drop()
+
+    def _confirm_ahead(self) -> None:
+        sent, self._ahead_sent = self._ahead_sent, None
+        if sent is not None:
+            self._owned(sent.reply())
+
+    def _owned(self, reply: Any) -> None:
+        """A fenced write's reply: falsy when the lease was not ours, and nothing was written."""
+        if not reply:
+            raise LeaseLost(f"lease {self._lease_key} is held by another execution")
