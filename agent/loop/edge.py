@@ -26,12 +26,17 @@ class Edge(Protocol):
         """The journaled record of a step, if any."""
         ...
 
-    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False) -> None:
+    def record(
+        self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
+        reads_next: bool = False,
+    ) -> None:
         """Journal one step and publish its events in one write.
 
         `last`: the loop's last step (what follows is the unit's settle, with no I/O between): the edge may make
         it part of the settle's write instead of a write of its own. A crash before that write then loses the
-        step as a crash before the step's own write would have.
+        step as a crash before the step's own write would have. `reads_next`: only read tools follow (a round of
+        them, none waiting for approval): the edge may let them start once the write is sent, before it is
+        confirmed, and confirm it before its next write.
         """
         ...
 

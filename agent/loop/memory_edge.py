@@ -21,7 +21,10 @@ class MemoryEdge:
     def recorded(self, step_id: str) -> dict[str, Any] | None:
         return self.steps.get(step_id)
 
-    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False) -> None:
+    def record(
+        self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
+        reads_next: bool = False,
+    ) -> None:
         self.steps[step_id] = record
         self.events.extend(events)
         self.writes += 1

@@ -51,9 +51,11 @@ def model_step(
     live: LiveText,
     servers: Mapping[str, str] | None = None,
     spend: Spend | None = None,
+    reads: frozenset[str] = frozenset(),
 ) -> Answer:
     """Ask the model once (or replay its journaled answer). `servers` maps an MCP tool's name to its server, which
-    its `tool.called` event names; `spend`: the unit's budgets, which every attempt reserves from and settles to."""
+    its `tool.called` event names; `spend`: the unit's budgets, which every attempt reserves from and settles to;
+    `reads`: the tools that only read and need no approval (an answer calling only them is sent ahead of them)."""
     recorded = edge.recorded(f"model:{state.rounds_used}")
     if recorded is not None:
         telemetry().replayed(f"model:{state.rounds_used}")  # an event on the execution's span, not a span
@@ -63,7 +65,7 @@ def model_step(
     attempts = Attempts.open(edge, state, config, live, message_id, may_compact=not plan.compacted, spend=spend)
     answer, fit, request = send(provider, plan, attempts, cancel, config)
     answer = bound_to(answer, request)
-    record_answer(answer, fit, attempts, state, edge, config, servers)
+    record_answer(answer, fit, attempts, state, edge, config, servers, reads)
     return answer
 
 
@@ -201,8 +203,10 @@ def record_answer(
     edge: Edge,
     config: LoopConfig,
     servers: Mapping[str, str] | None,
+    reads: frozenset[str] = frozenset(),
 ) -> None:
-    """Journal the step's answer with what every attempt of it cost, and its `tool.called` events, in one write."""
+    """Journal the step's answer with what every attempt of it cost, and its `tool.called` events, in one write
+    (sent ahead of its calls when all of them are `reads`: `Edge.record`)."""
     step_id = f"model:{state.rounds_used}"
     state.elided_before = fit.cut
     # The provider's count of this request calibrates the next step's estimate (journaled, so replays agree).
@@ -232,7 +236,8 @@ def record_answer(
     }
     events = _answer_events(answer, step_id, attempts.usage_dict(usage), config, servers)
     # An answer without tool calls ends the loop: the unit's settle follows, and may carry this step's write.
-    edge.record(step_id, record, events, last=not answer.tool_uses)
+    calls = answer.tool_uses
+    edge.record(step_id, record, events, last=not calls, reads_next=bool(calls) and all(b.name in reads for b in calls))
 
 
 def _answer_events(

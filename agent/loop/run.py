@@ -45,13 +45,16 @@ def run_loop(
     bytes of the history's file blocks are read; `spend`: the unit's budgets (None: none apply)."""
     tool_specs = [t.to_api() for t in tools.values()]
     servers = ServerOf(tools)
+    reads = frozenset(name for name, t in tools.items() if t.effect == "read" and not t.approval and not t.unavailable)
     live = live or NoLiveText()
     view = RequestHistory(config.model, files)  # the request's history, grown round by round instead of rebuilt
     while True:
         _stop_unless_replaying(cancel, edge, state)
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
-        answer = model_step(history, view, state, provider, tool_specs, edge, cancel, config, live, servers, spend)
+        answer = model_step(
+            history, view, state, provider, tool_specs, edge, cancel, config, live, servers, spend, reads
+        )
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)
         reply = Message(

@@ -225,6 +225,7 @@ class Execution(Starting, Seeding, RateWaiting):
             )
         finally:
             PREFLIGHT.forget()  # what waited for a preflight this execution did not make
+            self.fence.drop_ahead()  # a write sent ahead that no later write confirmed (the execution broke off)
             watcher.stop()
             if self.live is not None:
                 self.live.close()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,8 +64,13 @@ class Riding:
     reads: Batch
     read: Callable[[str | None, bool], None]
 
-    def sending(self) -> AbstractContextManager[tuple[Script, list[str], list[Any]] | None]:
-        return self.fence.riding(self.batch, self.reads)
+    @contextmanager
+    def sending(self) -> Iterator[tuple[Script, list[str], list[Any]] | None]:
+        try:
+            with self.fence.riding(self.batch, self.reads) as call:
+                yield call
+        except LeaseLost as lost:  # the step sent ahead of this round found it lost: the attempt is not sent either
+            raise LeaseLostUnsent(str(lost)) from None
 
     def answer(self, reply: Any) -> None:
         try:
@@ -121,8 +126,13 @@ class RedisJournal:
     def recorded(self, step_id: str) -> dict[str, Any] | None:
         return self.steps.get(step_id)
 
-    def record(self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False) -> None:
-        """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`).
+    def record(
+        self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
+        reads_next: bool = False,
+    ) -> None:
+        """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`). A
+        step that only read tools follow (`reads_next`) is sent ahead: they run while the store applies it, and its
+        reply is read by the next write (`Fence.send_ahead`), which a read tool's result, or the call after it, is.
 
         Holding it widens no window: the settle follows with no I/O between (behind Sentinel or on a cluster its
         write checks the replication history itself, and one that finds a failover writes nothing and keeps the
@@ -171,6 +181,8 @@ class RedisJournal:
             else:
                 stop, draining = self._fence.commit(batch.extend(reads))[-2:]
                 self.flags.read(text(stop) if stop is not None else None, bool(draining))
+        elif reads_next:
+            self._fence.send_ahead(batch)
         else:
             self._fence.commit(batch)
         if arming:

@@ -69,15 +69,25 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     assert store.zscore(keys.ACTIVE, OWNER) is None
 
 
-def count_round_trips(store, before=lambda sending: None) -> list[str]:
+def count_round_trips(store, monkeypatch, before=lambda sending: None) -> list[str]:
     """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
-    commands' names joined by `+` (`before(that)` runs just before it goes). Other threads' are not counted
-    (the live text writer's, the poller's)."""
+    commands' names joined by `+`, a write sent ahead (its reply read later) as `EVALSHA ahead` (`before(that)`
+    runs just before it goes). Other threads' are not counted (the live text writer's, the poller's)."""
     import threading
+
+    from tasks.store.sent_ahead import SentAhead
 
     me = threading.get_ident()
     trips: list[str] = []
-    command, pipeline = store.execute_command, store.pipeline
+    command, pipeline, ahead = store.execute_command, store.pipeline, SentAhead.hold
+
+    def counted_ahead(client, script, keys, args):
+        if threading.get_ident() == me:
+            trips.append("EVALSHA ahead")
+            before(trips[-1])
+        return ahead(client, script, keys, args)
+
+    monkeypatch.setattr(SentAhead, "hold", counted_ahead)
 
     def counting(*args, **options):
         if threading.get_ident() == me:
@@ -123,7 +133,7 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
     rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
     store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
     store.rpush(keys.queue(OWNER), "t1")
-    trips = count_round_trips(store)
+    trips = count_round_trips(store, monkeypatch)
     outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
     assert outcome.action == "done" and outcome.reason == "completed"
     assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
@@ -171,15 +181,73 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
         return Execution(SETTINGS, Unit(Driver.CHAT_TURN, owner, unit), hostname="w@test", task_id=f"task-{unit}").run(
         ).reason
 
-    trips = count_round_trips(store, before=before)
+    trips = count_round_trips(store, monkeypatch, before=before)
     assert run("t1") == "completed"
-    # take; preflight; the model step; the tool's result with the next preflight; the settle
-    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+EVALSHA+EVALSHA", "EVALSHA"]
+    # take; preflight; the model step, sent ahead of its read tool; the tool's result with the next preflight; the
+    # settle
+    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA", "EVALSHA"]
     stop_before_result.append("t2")
     assert run("t2") == "stopped"
-    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA+EVALSHA+EVALSHA"]
+    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA"]
     assert "EVALSHA+EVALSHA" not in trips[4:]  # no other preflight: the stop ends the turn
     assert len(provider.requests) == 1  # the second model step was never sent
     transcript = [json.loads(m) for m in store.lrange(keys.transcript(keys.owner("chat", "t2")), 0, -1)]
     results = [b for m in transcript for b in m["content"] if b.get("type") == "tool_result"]
     assert [r["content"] for r in results] == ["value-of-a"], transcript
+
+
+@pytest.mark.parametrize(("called", "expected"), [
+    ("look", ["tool ran", "answer confirmed"]),
+    ("note", ["answer confirmed", "tool ran"]),
+])
+def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypatch, called, expected):
+    """A model step whose calls all read is sent, its tools run while the store applies it, and its reply is read
+    after them, by the write that carries their results. One that calls a write tool is confirmed before the tool
+    runs (and before its write-ahead entry), as every step was."""
+    from agent.provider.scripted import reply_tool
+    from agent.tools import by_name, tool
+    from tasks.store.fenced import Fence
+    from tasks.store.sent_ahead import SentAhead
+
+    order: list[str] = []
+
+    @tool(effect="read")
+    def look(key: str) -> str:
+        """Read a value."""
+        order.append("tool ran")
+        return f"value-of-{key}"
+
+    @tool(effect="write")
+    def note(text: str) -> str:
+        """Write a note."""
+        order.append("tool ran")
+        return "noted"
+
+    monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([look, note]))
+    arguments = {"key": "a"} if called == "look" else {"text": "a"}
+    provider = ScriptedProvider([reply_tool(called, arguments), reply_text("done")])
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
+    reply, commit = SentAhead.reply, Fence.commit
+
+    def confirmed(self):  # type: ignore[no-untyped-def]
+        order.append("answer confirmed")
+        return reply(self)
+
+    def committed(self, batch, **options):  # type: ignore[no-untyped-def]
+        answer = any(arg == "model:0" for op in batch.ops for arg in op[2:])
+        out = commit(self, batch, **options)
+        if answer:
+            order.append("answer confirmed")
+        return out
+
+    monkeypatch.setattr(SentAhead, "reply", confirmed)
+    monkeypatch.setattr(Fence, "commit", committed)
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
+    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), "t1")
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    assert outcome.reason == "completed"
+    assert order == expected
+    transcript = [json.loads(m) for m in store.lrange(keys.transcript(OWNER), 0, -1)]
+    assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant"]
+    assert transcript[2]["content"][0]["type"] == "tool_result" and not transcript[2]["content"][0]["is_error"]
