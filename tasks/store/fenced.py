@@ -298,8 +298,7 @@ class Fence:
 
     def answered(self, reply: Any) -> list[Any]:
         """The replies of a `riding` write's reads, or `LeaseLost` when it wrote nothing."""
-        if not reply:
-            raise LeaseLost(f"lease {self._lease_key} is held by another execution")
+        self._owned(reply)
         return list(reply[1:])
 
     def commit(
