@@ -188,12 +188,21 @@ def measure_naive(pool: str, concurrency: int, turns: int) -> float:
             for result in [naive.send_task("naive.turn", args=[f"warm-{stamp}-{i}", "warm up"], queue=queue)
                            for i in range(min(concurrency, WARM))]:
                 result.get(timeout=60)
+            assert worker.proc is not None and stack.redis_server is not None and stack.redis_server.proc is not None
+            pids = (worker.proc.pid, stack.redis_server.proc.pid)
+            cpu0, redis0, bench0 = tree_cpu(pids[0]), tree_cpu(pids[1]), _own_cpu()
             started = time.perf_counter()
             sent = [naive.send_task("naive.turn", args=[f"n-{stamp}-{i}", f"turn {i}"], queue=queue)
                     for i in range(turns)]
+            send_s = time.perf_counter() - started
             with ThreadPoolExecutor(64) as waiters:
                 list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency), sent))
-            return time.perf_counter() - started
+            wall = time.perf_counter() - started
+            cpu, redis_cpu, bench_cpu = tree_cpu(pids[0]) - cpu0, tree_cpu(pids[1]) - redis0, _own_cpu() - bench0
+            print(f"  naive {pool}: CPU over the batch: worker {fmt(cpu)} s ({fmt(cpu / turns * 1000)} ms a turn), "
+                  f"redis-server {fmt(redis_cpu)} s, this process (fake API + client) {fmt(bench_cpu)} s; sending "
+                  f"took {fmt(send_s)} s", flush=True)
+            return wall
         finally:
             naive.close()
 
