@@ -11,7 +11,9 @@ heartbeat, events, repair, live deltas: nothing is switched off for the benchmar
 Measured per pool: turns completed, wall time from the first send to the last completion ÷ the provider's time,
 peak RSS of the worker's whole process tree (sampled every 0.1 s), and turns in flight per GiB of that peak.
 The goal (issue #16, point 5): 500 turns through one process, all complete, in ≤ 2x the provider's time, within
-1 GiB.
+1 GiB. On `threads`, issue #41's figure beside it: the naive loop's worker on the same Redis, fake and pool, a batch
+of each side per round over `ROUNDS` rounds (the order alternating), and the median of the rounds' ratios: one
+batch a side swung 1.00-1.41 between runs on the same machine.
 
     python -m bench.concurrency                 # every pool
     python -m bench.concurrency threads 200     # one pool, one concurrency
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -42,6 +45,7 @@ EVENTS = PARTS + 6
 TURNS = 500
 PREFORK_CONCURRENCY = 16
 WARM = 16  # warm-up turns sent at once (enough to reach every prefork child)
+ROUNDS = 5  # threads: Baton's batch and the naive loop's, this many times each
 GIB = 1024.0  # MiB
 
 
@@ -66,6 +70,7 @@ class Result:
     peak_pss_mib: float
     idle_rss_mib: float
     processes: int
+    rounds: list[tuple[float, float]] = field(default_factory=list)  # (Baton's wall, the naive loop's) per round
 
     @property
     def ratio(self) -> float:
@@ -122,11 +127,15 @@ class PeakRss:
             self._halt.wait(self.interval)
 
 
-def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Result:
+def measure(pool: str, concurrency: int, turns: int, *, beside: int = 0, **worker_env: str) -> Result:
+    """Baton's batch of `turns` on one worker of `pool`; with `beside`, that many rounds against the naive loop too
+    (`Result.rounds`): its worker on the same Redis and fake (`bench.naive_app`, streaming, the same pool), a batch of
+    each per round, the order alternating, so a machine whose speed drifts weighs on both sides alike."""
     with Stack(f"conc-{pool}", handler=answer) as stack:
         worker = stack.worker("c1", concurrency=concurrency, pool=pool, **worker_env)
         assert worker.proc is not None
         client = stack.client()
+        naive = _NaiveSide(stack, pool, concurrency, worker.proc.pid) if beside else None
         stamp = int(time.time())
         # Warm up (imports, the provider's client, connections) every prefork child, or the one process.
         warm_refs = [client.send_message(f"warm-{stamp}-{i}", "warm up") for i in range(min(concurrency, WARM))]
@@ -134,24 +143,14 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
             warm = client.wait(ref, timeout=60)
             if warm.status != "completed":
                 raise RuntimeError(f"{pool}: a warm-up turn ended {warm.status}: {warm.failure}")
+        if naive is not None:
+            naive.batch(f"warm-{stamp}", min(concurrency, WARM), concurrency)
         idle, _, _ = tree_memory(worker.proc.pid)
         assert stack.redis_server is not None and stack.redis_server.proc is not None
         redis_pid = stack.redis_server.proc.pid
         cpu0, redis0, bench0 = tree_cpu(worker.proc.pid), tree_cpu(redis_pid), _own_cpu()
-        failures: list[str] = []
         with PeakRss(worker.proc.pid) as peak:
-            started = time.perf_counter()
-            refs = [client.send_message(f"c-{stamp}-{i}", f"turn {i}") for i in range(turns)]
-            send_s = time.perf_counter() - started
-
-            def wait(ref: Any) -> tuple[str, float]:
-                result = client.wait(ref, timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency)
-                if result.status != "completed":
-                    failures.append(f"{result.status}: {result.failure}")
-                return result.status, time.perf_counter()
-
-            with ThreadPoolExecutor(64) as waiters:
-                ended = list(waiters.map(wait, refs))
+            wall, send_s, ended, failures = _baton_batch(client, f"c-{stamp}", turns, concurrency)
         cpu, redis_cpu, bench_cpu = tree_cpu(worker.proc.pid) - cpu0, tree_cpu(redis_pid) - redis0, _own_cpu() - bench0
         print(f"  {pool}: CPU over the batch: worker {fmt(cpu)} s ({fmt(cpu / turns * 1000)} ms a turn), redis-server "
               f"{fmt(redis_cpu)} s, this process (fake API + client) {fmt(bench_cpu)} s", flush=True)
@@ -161,50 +160,76 @@ def measure(pool: str, concurrency: int, turns: int, **worker_env: str) -> Resul
         if errors:
             print(f"  {pool}: {len(errors)} error lines in the worker's log, e.g. {errors[0][:300]}", flush=True)
         completed = sum(1 for status, _ in ended if status == "completed")
-        wall = max(at for _, at in ended) - started
-        done = sorted(at - started for _, at in ended)
+        done = sorted(ended_at for _, ended_at in ended)
         print(f"  {pool}: turns done after {fmt(done[0])} s (first), {fmt(done[len(done) // 2])} s (median), "
               f"{fmt(done[-1])} s (last) from the first send", flush=True)
-        return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, peak.peak_pss, idle, peak.processes)
-
-
-def measure_naive(pool: str, concurrency: int, turns: int) -> float:
-    """Wall seconds for `turns` of the naive loop (`bench.naive_app`, streaming, one worker on `pool` at
-    `concurrency`) sent at once and all awaited: the same answers, the same fake, no safeguard."""
-    from celery import Celery
-
-    from bench.naive_loop import NaiveWorker
-
-    with Stack(f"conc-naive-{pool}", handler=answer) as stack:
-        queue = f"{stack.queue}-naive"
-        worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue,
-                                       "NAIVE_STREAM": "1"}, stack.tmp, concurrency=concurrency, pool=pool)
-        stack.workers.append(worker)
-        worker.start(timeout=60)
-        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
-        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
-        stamp = int(time.time())
-        try:
-            for result in [naive.send_task("naive.turn", args=[f"warm-{stamp}-{i}", "warm up"], queue=queue)
-                           for i in range(min(concurrency, WARM))]:
-                result.get(timeout=60)
-            assert worker.proc is not None and stack.redis_server is not None and stack.redis_server.proc is not None
-            pids = (worker.proc.pid, stack.redis_server.proc.pid)
-            cpu0, redis0, bench0 = tree_cpu(pids[0]), tree_cpu(pids[1]), _own_cpu()
-            started = time.perf_counter()
-            sent = [naive.send_task("naive.turn", args=[f"n-{stamp}-{i}", f"turn {i}"], queue=queue)
-                    for i in range(turns)]
-            send_s = time.perf_counter() - started
-            with ThreadPoolExecutor(64) as waiters:
-                list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency), sent))
-            wall = time.perf_counter() - started
-            cpu, redis_cpu, bench_cpu = tree_cpu(pids[0]) - cpu0, tree_cpu(pids[1]) - redis0, _own_cpu() - bench0
-            print(f"  naive {pool}: CPU over the batch: worker {fmt(cpu)} s ({fmt(cpu / turns * 1000)} ms a turn), "
-                  f"redis-server {fmt(redis_cpu)} s, this process (fake API + client) {fmt(bench_cpu)} s; sending "
-                  f"took {fmt(send_s)} s", flush=True)
-            return wall
-        finally:
+        rounds: list[tuple[float, float]] = []
+        if naive is not None:
+            rounds.append((wall, naive.batch(f"n0-{stamp}", turns, concurrency)))
+            for r in range(1, beside):
+                if r % 2:  # the naive side first in odd rounds
+                    naive_s = naive.batch(f"n{r}-{stamp}", turns, concurrency)
+                    baton_s = _baton_batch(client, f"c{r}-{stamp}", turns, concurrency)[0]
+                else:
+                    baton_s = _baton_batch(client, f"c{r}-{stamp}", turns, concurrency)[0]
+                    naive_s = naive.batch(f"n{r}-{stamp}", turns, concurrency)
+                rounds.append((baton_s, naive_s))
             naive.close()
+        return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, peak.peak_pss, idle, peak.processes,
+                      rounds)
+
+
+def _baton_batch(client: Any, prefix: str, turns: int, concurrency: int) -> tuple[float, float, list[Any], list[str]]:
+    """`turns` turns on distinct chats sent at once and all awaited: the wall and send seconds, each turn's (status,
+    seconds from the first send to its end), and what did not complete."""
+    failures: list[str] = []
+    started = time.perf_counter()
+    refs = [client.send_message(f"{prefix}-{i}", f"turn {i}") for i in range(turns)]
+    send_s = time.perf_counter() - started
+
+    def wait(ref: Any) -> tuple[str, float]:
+        result = client.wait(ref, timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency)
+        if result.status != "completed":
+            failures.append(f"{result.status}: {result.failure}")
+        return result.status, time.perf_counter() - started
+
+    with ThreadPoolExecutor(64) as waiters:
+        ended = list(waiters.map(wait, refs))
+    return max(at for _, at in ended), send_s, ended, failures
+
+
+class _NaiveSide:
+    """The naive loop's worker beside Baton's (`bench.naive_loop.naive_beside`), on `pool`."""
+
+    def __init__(self, stack: Stack, pool: str, concurrency: int, baton_pid: int) -> None:
+        from bench.naive_loop import naive_beside
+
+        self.app, self.queue, self.worker = naive_beside(stack, concurrency, pool=pool)
+        assert stack.redis_server is not None and stack.redis_server.proc is not None
+        self.pool, self.redis_pid, self.baton_pid = pool, stack.redis_server.proc.pid, baton_pid
+
+    def batch(self, prefix: str, turns: int, concurrency: int) -> float:
+        """Wall seconds for `turns` naive turns sent at once and all awaited (their CPU printed)."""
+        assert self.worker.proc is not None
+        cpu0, redis0, bench0 = tree_cpu(self.worker.proc.pid), tree_cpu(self.redis_pid), _own_cpu()
+        idle0 = tree_cpu(self.baton_pid)
+        started = time.perf_counter()
+        sent = [self.app.send_task("naive.turn", args=[f"{prefix}-{i}", f"turn {i}"], queue=self.queue)
+                for i in range(turns)]
+        send_s = time.perf_counter() - started
+        with ThreadPoolExecutor(64) as waiters:
+            list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency), sent))
+        wall = time.perf_counter() - started
+        if not prefix.startswith("warm"):
+            cpu = tree_cpu(self.worker.proc.pid) - cpu0
+            print(f"  naive {self.pool}: {turns} turns in {fmt(wall)} s; CPU over the batch: worker {fmt(cpu)} s "
+                  f"({fmt(cpu / turns * 1000)} ms a turn), redis-server {fmt(tree_cpu(self.redis_pid) - redis0)} s, "
+                  f"this process (fake API + client) {fmt(_own_cpu() - bench0)} s, Baton's idle worker "
+                  f"{fmt(tree_cpu(self.baton_pid) - idle0)} s; sending took {fmt(send_s)} s", flush=True)
+        return wall
+
+    def close(self) -> None:
+        self.app.close()
 
 
 def pools() -> list[tuple[str, int, int]]:
@@ -241,16 +266,19 @@ def main(only: str | None = None, concurrency: int | None = None) -> list[Row]:
             continue
         c = concurrency or c
         turns = c if concurrency and pool != "prefork" else (2 * c if concurrency else turns)
-        r = measure(pool, c, turns)
-        if pool == "threads":
-            # Issue #41's figure: the same turns through the naive loop on the same pool, one after the other.
-            naive_s = measure_naive(pool, c, turns)
-            print(f"  {pool} -c {c}: the naive loop's {turns} turns in {fmt(naive_s)} s; Baton ÷ naive "
-                  f"{fmt(r.wall_s / naive_s)}x", flush=True)
+        # Issue #41's figure, on threads: the same turns through the naive loop on the same pool, in rounds.
+        r = measure(pool, c, turns, beside=ROUNDS if pool == "threads" else 0)
+        if r.rounds:
+            ratios = [b / n for b, n in r.rounds]
+            ratio = statistics.median(ratios)
+            print(f"  {pool} -c {c}: Baton ÷ naive per round {', '.join(fmt(x) for x in ratios)} (Baton "
+                  f"{', '.join(fmt(b) for b, _ in r.rounds)} s; naive {', '.join(fmt(n) for _, n in r.rounds)} s)",
+                  flush=True)
             beside.append(Row(f"{pool} -c {c}, {turns} turns of {fmt(PROVIDER_SECONDS)} s: wall ÷ the naive loop's on "
-                              "the same pool", r.wall_s / naive_s, "x", "≤ 1.0",
-                              f"{judge(r.wall_s / naive_s, at_most=1.0)} (naive {fmt(naive_s / PROVIDER_SECONDS)}x "
-                              "the provider's time)"))
+                              f"the same pool (median of {len(ratios)} rounds)", ratio, "x", "≤ 1.0",
+                              f"{judge(ratio, at_most=1.0)} (rounds {fmt(min(ratios))} to {fmt(max(ratios))}; naive "
+                              f"{fmt(statistics.median(n for _, n in r.rounds) / PROVIDER_SECONDS)}x the provider's "
+                              "time)"))
         print(f"  {pool} -c {c}: {r.completed}/{r.turns} completed in {fmt(r.wall_s)} s "
               f"({fmt(r.ratio)}x the provider's {fmt(PROVIDER_SECONDS)} s; sending took {fmt(r.send_s)} s), "
               f"RSS idle {fmt(r.idle_rss_mib)} MiB, peak {fmt(r.peak_rss_mib)} MiB over {r.processes} processes "

@@ -78,12 +78,13 @@ class NaiveWorker(Worker):
 
 
 
-def naive_beside(stack: Stack, concurrency: int, **extra: str) -> tuple[Celery, str, NaiveWorker]:
+def naive_beside(stack: Stack, concurrency: int, *, pool: str | None = None,
+                 **extra: str) -> tuple[Celery, str, NaiveWorker]:
     """The streaming naive loop's worker on `stack`'s Redis (its own queue), started: a client app, the queue and
-    the worker (`extra`: more of its environment)."""
+    the worker (on `pool`, else Celery's default; `extra`: more of its environment)."""
     queue = f"{stack.queue}-naive"
     env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue, "NAIVE_STREAM": "1", **extra}
-    worker = NaiveWorker("naive", env, stack.tmp, concurrency=concurrency)
+    worker = NaiveWorker("naive", env, stack.tmp, concurrency=concurrency, pool=pool)
     stack.workers.append(worker)
     worker.start(timeout=60)
     app = Celery("naive-client", broker=stack.url, backend=stack.url)
