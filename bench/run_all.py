@@ -30,6 +30,7 @@ SCRIPTS = [
     "turn_trace",
     "profile_turn",  # prints nothing without py-spy (not a dependency)
     "turn_phases",
+    "fenced_script",
     "throughput",
     "drain",
     "faults",
