@@ -144,7 +144,7 @@ def measure(pool: str, concurrency: int, turns: int, *, beside: int = 0, **worke
             if warm.status != "completed":
                 raise RuntimeError(f"{pool}: a warm-up turn ended {warm.status}: {warm.failure}")
         if naive is not None:
-            naive.batch(f"warm-{stamp}", min(concurrency, WARM), concurrency)
+            naive.batch(f"warm-{stamp}", min(concurrency, WARM), report=False)
         idle, _, _ = tree_memory(worker.proc.pid)
         assert stack.redis_server is not None and stack.redis_server.proc is not None
         redis_pid = stack.redis_server.proc.pid
@@ -165,14 +165,14 @@ def measure(pool: str, concurrency: int, turns: int, *, beside: int = 0, **worke
               f"{fmt(done[-1])} s (last) from the first send", flush=True)
         rounds: list[tuple[float, float]] = []
         if naive is not None:
-            rounds.append((wall, naive.batch(f"n0-{stamp}", turns, concurrency)))
+            rounds.append((wall, naive.batch(f"n0-{stamp}", turns)))
             for r in range(1, beside):
                 if r % 2:  # the naive side first in odd rounds
-                    naive_s = naive.batch(f"n{r}-{stamp}", turns, concurrency)
+                    naive_s = naive.batch(f"n{r}-{stamp}", turns)
                     baton_s = _baton_batch(client, f"c{r}-{stamp}", turns, concurrency)[0]
                 else:
                     baton_s = _baton_batch(client, f"c{r}-{stamp}", turns, concurrency)[0]
-                    naive_s = naive.batch(f"n{r}-{stamp}", turns, concurrency)
+                    naive_s = naive.batch(f"n{r}-{stamp}", turns)
                 rounds.append((baton_s, naive_s))
             naive.close()
         return Result(pool, concurrency, turns, completed, wall, send_s, peak.peak, peak.peak_pss, idle, peak.processes,
@@ -206,10 +206,11 @@ class _NaiveSide:
 
         self.app, self.queue, self.worker = naive_beside(stack, concurrency, pool=pool)
         assert stack.redis_server is not None and stack.redis_server.proc is not None
-        self.pool, self.redis_pid, self.baton_pid = pool, stack.redis_server.proc.pid, baton_pid
+        self.pool, self.concurrency = pool, concurrency
+        self.redis_pid, self.baton_pid = stack.redis_server.proc.pid, baton_pid
 
-    def batch(self, prefix: str, turns: int, concurrency: int) -> float:
-        """Wall seconds for `turns` naive turns sent at once and all awaited (their CPU printed)."""
+    def batch(self, prefix: str, turns: int, *, report: bool = True) -> float:
+        """Wall seconds for `turns` naive turns sent at once and all awaited (with `report`, their CPU printed)."""
         assert self.worker.proc is not None
         cpu0, redis0, bench0 = tree_cpu(self.worker.proc.pid), tree_cpu(self.redis_pid), _own_cpu()
         idle0 = tree_cpu(self.baton_pid)
@@ -218,9 +219,9 @@ class _NaiveSide:
                 for i in range(turns)]
         send_s = time.perf_counter() - started
         with ThreadPoolExecutor(64) as waiters:
-            list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / concurrency), sent))
+            list(waiters.map(lambda r: r.get(timeout=60 + 4 * PROVIDER_SECONDS * turns / self.concurrency), sent))
         wall = time.perf_counter() - started
-        if not prefix.startswith("warm"):
+        if report:
             cpu = tree_cpu(self.worker.proc.pid) - cpu0
             print(f"  naive {self.pool}: {turns} turns in {fmt(wall)} s; CPU over the batch: worker {fmt(cpu)} s "
                   f"({fmt(cpu / turns * 1000)} ms a turn), redis-server {fmt(tree_cpu(self.redis_pid) - redis0)} s, "

@@ -47,14 +47,18 @@ local function filled(arg, fills)
   end
   return arg
 end
+local function call(command, key, args, from, to)
+  if args then return redis.call(command, key, unpack(args)) end
+  return redis.call(command, key, unpack(ARGV, from, to))
+end
 local function run_ops(first, base, out, fills)
   local at, last = first, #ARGV
   while at <= last do
     local command, key, count = ARGV[at], KEYS[tonumber(ARGV[at + 1]) + base], tonumber(ARGV[at + 2])
     local from, to = at + 3, at + 2 + count
     at = to + 1
-    -- The arguments stay in ARGV (unpacked from there) unless fills rewrite them: a table per op was a third of
-    -- a settle's time in Lua.
+    -- The arguments stay in ARGV (`call` unpacks them from there) unless fills rewrite them: a table per op was a
+    -- third of a settle's time in Lua.
     local args = nil
     if fills then
       args = {}
@@ -69,15 +73,11 @@ local function run_ops(first, base, out, fills)
         end
       end
     elseif string.byte(command) == 61 then  -- '=': a read, whose reply is returned
-      if args then out[#out + 1] = redis.call(string.sub(command, 2), key, unpack(args))
-      else out[#out + 1] = redis.call(string.sub(command, 2), key, unpack(ARGV, from, to)) end
+      out[#out + 1] = call(string.sub(command, 2), key, args, from, to)
     elseif command == 'RPUSH' then
-      if args then pushed[key] = redis.call(command, key, unpack(args))
-      else pushed[key] = redis.call(command, key, unpack(ARGV, from, to)) end
-    elseif args then
-      redis.call(command, key, unpack(args))
+      pushed[key] = call(command, key, args, from, to)
     else
-      redis.call(command, key, unpack(ARGV, from, to))
+      call(command, key, args, from, to)
     end
   end
   return out
