@@ -6,10 +6,13 @@ before anything else of the unit is written or sent. The write goes out before t
 waited for its reply did; a read tool that then finds the lease was lost has run for nothing, which a read tool
 allows (the same as a replay running it again).
 
-Where the client has no connection to hold (a cluster's client routes each command itself) nothing is sent ahead
-(`hold` returns None) and the caller writes as usual. A reply that cannot be read (the connection broke) or says
-the server lacks the script (NOSCRIPT: restarted) is answered by running the call again through the client, with
-its retries: what redis-py does for a command whose connection broke, and a script that was never run runs once.
+On a Redis Cluster the connection is one of the master that holds the write's slot (its keys share one), as the
+cluster's client would pick. Where the client has no connection to hold (a single-connection client) nothing is
+sent ahead (`hold` returns None) and the caller writes as usual. A reply that says the call did not run there is
+answered by running it again through the client, which knows what to do: NOSCRIPT (the server restarted), or, on
+a cluster, a slot that moved or is moving (MOVED, ASK, TRYAGAIN), a cluster down, or a master turned replica
+(READONLY). So is a reply that cannot be read (the connection broke), with the client's retries: what redis-py
+does for a command whose connection broke, and a script that was never run runs once.
 """
 
 from __future__ import annotations
@@ -19,22 +22,33 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+# Replies that say the call did not run on the server that sent them (MovedError is an AskError).
+NOT_RUN_HERE = (NoScriptError, AskError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 
 class SentAhead:
-    """One script call in flight on a connection of the client's pool, taken out of the pool until `reply`."""
+    """One script call in flight on a connection of a pool (the client's, or on a cluster its slot master's), taken
+    out of the pool until `reply`."""
 
-    def __init__(self, client: redis.Redis, conn: Any, script: Script, keys: list[str], args: list[Any]) -> None:
-        self._client, self._conn, self._script, self._keys, self._args = client, conn, script, keys, args
+    def __init__(self, script: Script, pool: Any, conn: Any, keys: list[str], args: list[Any]) -> None:
+        self._script, self._pool, self._conn, self._keys, self._args = script, pool, conn, keys, args
 
     @classmethod
     def hold(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> SentAhead | None:
-        """Send `script` with `keys` and `args` on a connection of `client`'s own (None: nothing sent, the client
-        has no pool of connections to hold one from). `client` is Any: a cluster's comes typed as `redis.Redis`
-        (tasks/store/connect.py)."""
-        pool = None if isinstance(client, RedisCluster) else getattr(client, "connection_pool", None)
-        if pool is None or getattr(client, "connection", None) is not None:  # a cluster; a single-connection client
+        """Send `script` with `keys` and `args` on a connection held from `client`'s pool, or on a cluster from the
+        pool of the master that holds the slot of `keys` (None: nothing sent, there is no pool of connections to
+        hold one from). `client` is Any: a cluster's comes typed as `redis.Redis` (tasks/store/connect.py)."""
+        pool = _pool(client, keys[0])
+        if pool is None:
             return None
         conn = pool.get_connection()
         try:
@@ -47,16 +61,16 @@ class SentAhead:
             conn.disconnect()  # whatever went out is unread: the connection must not serve another command
             pool.release(conn)
             raise
-        return cls(client, conn, script, keys, args)
+        return cls(script, pool, conn, keys, args)
 
     def reply(self) -> Any:
         """The call's reply; the connection goes back to the pool (an error reply is raised)."""
-        pool, conn = self._client.connection_pool, self._conn
+        pool, conn = self._pool, self._conn
         try:
             reply = conn.read_response()
-        except NoScriptError:
-            pool.release(conn)
-            return self._script(keys=self._keys, args=self._args)  # it never ran: run it now, which loads it
+        except NOT_RUN_HERE:
+            pool.release(conn)  # an error reply was read whole: the connection is clean
+            return self._script(keys=self._keys, args=self._args)  # it never ran: through the client, which knows
         except (redis.ConnectionError, redis.TimeoutError):
             conn.disconnect()
             pool.release(conn)
@@ -75,4 +89,16 @@ class SentAhead:
         """Give the connection back without reading the reply (the execution ends): closed, so no later command
         reads this reply as its own."""
         self._conn.disconnect()
-        self._client.connection_pool.release(self._conn)
+        self._pool.release(self._conn)
+
+
+def _pool(client: Any, key: str) -> Any:
+    """The pool a call on `key` takes its connection from; None for a client that holds one connection only."""
+    if isinstance(client, RedisCluster):
+        try:
+            client = client.get_redis_connection(client.get_node_from_key(key))
+        except (redis.RedisError, RedisClusterException):  # no slot map to go by (a slot not covered): the client's way
+            return None
+    if getattr(client, "connection", None) is not None:
+        return None
+    return getattr(client, "connection_pool", None)

@@ -20,6 +20,8 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from agent.messages import DEPLOY_NOTICE
 from tasks.store import keys
+from tasks.store.fenced import Batch, Fence
+from tasks.store.sent_ahead import SentAhead
 from tests.conftest import Stack
 from tests.support import counting_tools
 from tests.support.fake_anthropic import FakeMessagesServer, Fault, Reply, Script, failing, text, tool_call
@@ -426,3 +428,47 @@ def test_a_turn_on_the_cluster_stays_under_its_command_ceiling(cstack, cluster):
             each.close()
     sent, _ = monitor.by_kind([e for each in watching for e in each.seen])
     assert sum(sent.values()) / len(chats) <= CLUSTER_SENT_CEILING, f"sent per turn: {monitor.shown(sent, len(chats))}"
+
+
+def _fence_on(store: redis.Redis, tag: str) -> tuple[Fence, str]:
+    """A fence whose lease, like a unit's keys, is on the slot of `tag`; and that slot's list of steps."""
+    lease, steps = f"{{{tag}}}:lease", f"{{{tag}}}:steps"
+    store.set(lease, "tok")
+    fence = Fence(store, lease, "tok")
+    fence.commit(Batch().add("SET", f"{{{tag}}}:warm", "1"))  # its master has the script
+    return fence, steps
+
+
+def test_a_write_sent_ahead_on_the_cluster_goes_to_its_slot_master_and_is_confirmed_by_the_next_write(cluster):
+    """On a cluster a write is sent ahead too, on a connection of the master that holds its slot (before, the
+    cluster's client had none to hold and the write waited for its reply): it lands there, and the next commit reads
+    its reply before its own goes."""
+    store = _store(cluster)
+    fence, steps = _fence_on(store, "ahead-c")
+    master = redis.Redis(port=cluster.master_for_slot(key_slot(steps)).port)
+    evalshas = master.info("commandstats")["cmdstat_evalsha"]["calls"]
+    held = SentAhead.hold(store, fence._script, *fence._call(Batch().add("RPUSH", steps, "held")))
+    assert held is not None, "nothing was sent ahead on the cluster"
+    wait_until(lambda: master.info("commandstats")["cmdstat_evalsha"]["calls"] == evalshas + 1, 10,
+               what="the write to reach its slot's master before its reply is read")
+    assert held.reply() == [1]
+    fence.send_ahead(Batch().add("RPUSH", steps, "answer"))
+    assert fence.commit(Batch().add("RPUSH", steps, "result").read("LRANGE", steps, "0", "-1")) == [
+        [b"held", b"answer", b"result"]
+    ]
+    store.close()
+
+
+def test_a_write_sent_ahead_to_a_slot_that_moved_is_run_once_on_its_new_master(cluster):
+    """The client still maps the slot to its old master when the write is sent ahead: that master answers MOVED
+    (nothing ran there), and the write is run through the cluster's client, once, on the new master."""
+    store = _store(cluster)
+    fence, steps = _fence_on(store, "ahead-moved")
+    slot = key_slot(steps)
+    source = cluster.master_for_slot(slot)
+    target = next(m for m in cluster.masters() if m.port != source.port)
+    cluster.move_slot(slot, target)
+    fence.send_ahead(Batch().add("RPUSH", steps, "answer"))
+    assert fence.commit(Batch().read("LRANGE", steps, "0", "-1")) == [[b"answer"]]
+    assert redis.Redis(port=target.port).lrange(steps, 0, -1) == [b"answer"]
+    store.close()
