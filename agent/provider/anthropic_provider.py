@@ -12,19 +12,20 @@ which was half of what an event cost the calling thread (31.6 -> 15.2 us a text 
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import anthropic
 import httpx2
 from anthropic import Stream
 from anthropic._types import RequestOptions
 
-from agent.errors import Cancelled, ProviderError
+from agent.errors import ProviderError
 from agent.history.request import calls_as_text
 from agent.loop.cancel import CancelToken
-from agent.loop.failures import FailureClass, IncompleteStream
+from agent.loop.failures import FailureClass
 from agent.provider import anthropic_errors, transport  # noqa: F401 - anthropic_errors registers the SDK's exceptions
-from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
+from agent.provider.attempt import stream_attempt
+from agent.provider.base import Answer, Endpoint, ProviderRequest, TextSink
 from agent.provider.rate_gate import HeadersSink
 from agent.provider.reducer import Snapshot, accumulate
 from agent.provider.shards import Shards
@@ -119,46 +120,28 @@ class AnthropicProvider:
         options: RequestOptions = {"headers": {"anthropic-beta": BINDING_BETA}} if request.drop_stale_thinking else {}
         snapshot = Snapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
-        try:
-            stream = client.post(
-                "/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object],
-                options=options,
-            )  # fmt: skip
-        except Exception as err:
-            if self._on_headers is not None and (headers := transport.error_headers(err)) is not None:
-                self._on_headers(request.model, headers)  # a 429's retry-after, before the replay backs off
-            raise AttemptFailed(err, snapshot.usage, had_output=False) from err
-        if self._on_headers is not None:
-            self._on_headers(request.model, stream.response.headers)
-        unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
-        try:
-            for event in stream:
-                raw = cast(dict[str, Any], event)  # cast_to=object: the event's JSON as it came
-                accumulate(raw, snapshot)
-                if raw.get("type") == "content_block_delta":
-                    delta = raw["delta"]
-                    if on_text is not None and delta.get("type") == "text_delta":
-                        on_text(delta["text"])
-                    elif on_reasoning is not None and delta.get("type") == "thinking_delta" and delta.get("thinking"):
-                        on_reasoning(delta["thinking"])
-                cancel.raise_if_set()
-        except Cancelled as stop:
-            raise AttemptCut(stop.reason, snapshot.usage) from None
-        except Exception as err:
-            if cancel.is_set():
-                raise AttemptCut(cancel.reason or "stop", snapshot.usage) from err
-            raise AttemptFailed(err, snapshot.usage, had_output=snapshot.had_output) from err
-        finally:
-            unregister()
-            stream.close()
-        if not snapshot.stopped:
-            if cancel.is_set():
-                raise AttemptCut(cancel.reason or "stop", snapshot.usage)
-            raise AttemptFailed(
-                IncompleteStream("the stream ended without message_stop"),
-                snapshot.usage,
-                had_output=snapshot.had_output,
-            )
+
+        def feed(raw: dict[str, Any]) -> None:
+            accumulate(raw, snapshot)
+            if raw.get("type") == "content_block_delta":
+                delta = raw["delta"]
+                if on_text is not None and delta.get("type") == "text_delta":
+                    on_text(delta["text"])
+                elif on_reasoning is not None and delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                    on_reasoning(delta["thinking"])
+
+        stream_attempt(
+            lambda: client.post(
+                "/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object], options=options
+            ),
+            feed,
+            snapshot,
+            cancel=cancel,
+            on_headers=self._on_headers,
+            model=request.model,
+            ended=lambda: snapshot.stopped,
+            unended="the stream ended without message_stop",
+        )
         return snapshot.to_answer()
 
 

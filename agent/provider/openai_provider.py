@@ -10,17 +10,18 @@ building a pydantic model per chunk). The body is `openai_request.chat_body`, th
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import httpx2
 import openai
 from openai import Stream
 
-from agent.errors import Cancelled, ProviderError
+from agent.errors import ProviderError
 from agent.loop.cancel import CancelToken
 from agent.loop.failures import FailureClass, IncompleteStream
 from agent.provider import openai_errors, transport  # noqa: F401 - openai_errors registers the SDK's exceptions
-from agent.provider.base import Answer, AttemptCut, AttemptFailed, Endpoint, ProviderRequest, TextSink
+from agent.provider.attempt import stream_attempt
+from agent.provider.base import Answer, AttemptFailed, Endpoint, ProviderRequest, TextSink
 from agent.provider.openai_reducer import ChatSnapshot, MalformedToolCall, accumulate
 from agent.provider.openai_request import chat_body
 from agent.provider.rate_gate import HeadersSink
@@ -86,43 +87,27 @@ class OpenAIProvider:
         body = chat_body(request)
         snapshot = ChatSnapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
-        try:
-            stream = client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object])
-        except Exception as err:
-            if self._on_headers is not None and (headers := transport.error_headers(err)) is not None:
-                self._on_headers(request.model, headers)  # a 429's retry-after, before the replay backs off
-            raise AttemptFailed(err, snapshot.usage, had_output=False) from err
-        if self._on_headers is not None:
-            self._on_headers(request.model, stream.response.headers)
-        unregister = cancel.on_cancel(lambda: transport.abort(stream.response))
-        try:
-            for chunk in stream:
-                thoughts = len(snapshot.reasoning)
-                added = accumulate(cast(dict[str, Any], chunk), snapshot)
-                if on_reasoning is not None:
-                    for thought in snapshot.reasoning[thoughts:]:  # a chunk's reasoning comes before its text
-                        on_reasoning(thought)
-                if added and on_text is not None:
-                    on_text(added)
-                cancel.raise_if_set()
-        except Cancelled as stop:
-            raise AttemptCut(stop.reason, snapshot.usage) from None
-        except Exception as err:
-            if cancel.is_set():
-                raise AttemptCut(cancel.reason or "stop", snapshot.usage) from err
-            raise AttemptFailed(err, snapshot.usage, had_output=snapshot.had_output) from err
-        finally:
-            unregister()
-            stream.close()
-        if not snapshot.finished:
+
+        def feed(chunk: dict[str, Any]) -> None:
+            thoughts = len(snapshot.reasoning)
+            added = accumulate(chunk, snapshot)
+            if on_reasoning is not None:
+                for thought in snapshot.reasoning[thoughts:]:  # a chunk's reasoning comes before its text
+                    on_reasoning(thought)
+            if added and on_text is not None:
+                on_text(added)
+
+        stream_attempt(
+            lambda: client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object]),
+            feed,
+            snapshot,
+            cancel=cancel,
+            on_headers=self._on_headers,
+            model=request.model,
             # Dropped before a finish_reason (mid-arguments included): partial, never run as a tool call.
-            if cancel.is_set():
-                raise AttemptCut(cancel.reason or "stop", snapshot.usage)
-            raise AttemptFailed(
-                IncompleteStream("the stream ended without a finish_reason"),
-                snapshot.usage,
-                had_output=snapshot.had_output,
-            )
+            ended=lambda: snapshot.finished,
+            unended="the stream ended without a finish_reason",
+        )
         try:
             return snapshot.to_answer()
         except MalformedToolCall as err:
