@@ -34,6 +34,7 @@ import psutil
 from celery import Celery
 
 from bench._common import Row, Stack, fmt, judge, median, print_rows
+from tasks.client import Client
 from tests.support.fake_anthropic import Reply, text, tool_call
 from tests.support.fake_rate_limit import FixedWindow
 from tests.support.processes import Worker, wait_until
@@ -80,18 +81,37 @@ class NaiveWorker(Worker):
 
 
 
-def naive_beside(stack: Stack, concurrency: int, *, pool: str | None = None,
+def naive_beside(stack: Stack, concurrency: int, *, pool: str | None = None, name: str = "naive",
                  **extra: str) -> tuple[Celery, str, NaiveWorker]:
-    """The streaming naive loop's worker on `stack`'s Redis (its own queue), started: a client app, the queue and
-    the worker (on `pool`, else Celery's default; `extra`: more of its environment)."""
-    queue = f"{stack.queue}-naive"
+    """The streaming naive loop's worker on `stack`'s Redis (its own queue, named after `name`), started: a client
+    app, the queue and the worker (on `pool`, else Celery's default; `extra`: more of its environment, e.g.
+    `NAIVE_STREAM="0"` for the loop without streaming, `NAIVE_APP` for another app)."""
+    queue = f"{stack.queue}-{name}"
     env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queue, "NAIVE_STREAM": "1", **extra}
-    worker = NaiveWorker("naive", env, stack.tmp, concurrency=concurrency, pool=pool)
+    worker = NaiveWorker(name, env, stack.tmp, concurrency=concurrency, pool=pool)
     stack.workers.append(worker)
     worker.start(timeout=60)
     app = Celery("naive-client", broker=stack.url, backend=stack.url)
     app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
     return app, queue, worker
+
+
+def timed_baton_turn(client: Client, chat: str, text: str = PROMPT) -> float:
+    """Seconds from Baton's send to its completed result in hand (anything else fails the bench)."""
+    started = time.perf_counter()
+    result = client.wait(client.send_message(chat, text), timeout=30)
+    if result.status != "completed":
+        raise RuntimeError(f"Baton turn in {chat} ended {result.status}: {result.failure}")
+    return time.perf_counter() - started
+
+
+def timed_naive_turn(app: Celery, queue: str, chat: str, text: str = PROMPT) -> float:
+    """Seconds from the naive loop's `send_task` to its reply in hand (one that did not use the tool fails)."""
+    started = time.perf_counter()
+    reply = app.send_task("naive.turn", args=[chat, text], queue=queue).get(timeout=30)
+    if "value-of-a" not in reply:
+        raise RuntimeError(f"naive turn in {chat} on {queue} answered {reply!r}")
+    return time.perf_counter() - started
 
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
@@ -134,35 +154,18 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
     with Stack("naive", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         fake = stack.fake
         assert fake is not None
-        naive_queue = f"{stack.queue}-naive"
-        naive_worker = NaiveWorker("naive", {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": naive_queue,
-                                            "NAIVE_STREAM": "1"}, stack.tmp, concurrency=2)
-        stack.workers.append(naive_worker)
-        naive_worker.start(timeout=60)
-        create_queue = f"{stack.queue}-naive-create"  # the same loop without streaming: `messages.create`
-        create_worker = NaiveWorker("naive-create", {**stack.env, "NAIVE_REDIS_URL": stack.url,
-                                                     "NAIVE_QUEUE": create_queue}, stack.tmp, concurrency=2)
-        stack.workers.append(create_worker)
-        create_worker.start(timeout=60)
+        naive, naive_queue, naive_worker = naive_beside(stack, 2)
+        # The same loop without streaming (`messages.create`), on a queue of its own.
+        _, create_queue, _ = naive_beside(stack, 2, name="naive-create", NAIVE_STREAM="0")
         baton_worker = stack.worker("w1", concurrency=2)
         client = stack.client()
-        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
-        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
         stamp = uuid.uuid4().hex[:6]
 
         def baton_turn(chat: str) -> float:
-            started = time.perf_counter()
-            result = client.wait(client.send_message(chat, PROMPT), timeout=30)
-            if result.status != "completed":
-                raise RuntimeError(f"Baton turn in {chat} ended {result.status}: {result.failure}")
-            return time.perf_counter() - started
+            return timed_baton_turn(client, chat)
 
         def naive_turn(chat: str, queue: str = naive_queue) -> float:
-            started = time.perf_counter()
-            reply = naive.send_task("naive.turn", args=[chat, PROMPT], queue=queue).get(timeout=30)
-            if "value-of-a" not in reply:
-                raise RuntimeError(f"naive turn in {chat} answered {reply!r}")
-            return time.perf_counter() - started
+            return timed_naive_turn(naive, queue, chat)
 
         def naive_block(prefix: str, queue: str, count: int) -> float:
             """Seconds for `count` naive turns on distinct chats, all sent, then all awaited."""

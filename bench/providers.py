@@ -14,14 +14,13 @@ real APIs do), driven by the same handlers:
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from celery import Celery
 
 from bench import faults, live_text
 from bench._common import Row, Stack, fmt, judge, median, print_rows
-from bench.naive_loop import NaiveWorker, one_tool_round
+from bench.naive_loop import naive_beside, one_tool_round, timed_baton_turn, timed_naive_turn
 
 PROVIDERS = ("anthropic", "openai")
 NAIVE_APPS = {"anthropic": "bench.naive_app", "openai": "bench.naive_openai_app"}
@@ -43,31 +42,22 @@ def latency(provider: str, n: int = N) -> tuple[float, dict[str, float]]:
     """Baton's p50 in ms on `provider`'s edge, and each of its naive loops' p50 by label."""
     with Stack(f"edge-{provider}", handler=one_tool_round, provider=provider, BATON_TOOLS="bench.tools:TOOLS") as stack:
         queues: dict[str, str] = {}
+        apps: list[Celery] = []
         for k, (label, app, extra) in enumerate(NAIVE_LOOPS[provider]):
-            queues[label] = f"{stack.queue}-naive{k}"
-            env = {**stack.env, "NAIVE_REDIS_URL": stack.url, "NAIVE_QUEUE": queues[label], "NAIVE_APP": app, **extra}
-            naive_worker = NaiveWorker(f"naive{k}", env, stack.tmp, concurrency=2)
-            stack.workers.append(naive_worker)
-            naive_worker.start(timeout=60)
+            # NAIVE_STREAM as each loop says (the OpenAI app reads its own flag)
+            naive_app, queues[label], _ = naive_beside(stack, 2, name=f"naive{k}", NAIVE_APP=app,
+                                                       **{"NAIVE_STREAM": "", **extra})
+            apps.append(naive_app)
+        naive = apps[0]
         stack.worker("w1", concurrency=2)
         client = stack.client()
-        naive = Celery("naive-client", broker=stack.url, backend=stack.url)
-        naive.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
         stamp = uuid.uuid4().hex[:6]
 
         def baton_turn(chat: str) -> float:
-            started = time.perf_counter()
-            result = client.wait(client.send_message(chat, PROMPT), timeout=30)
-            if result.status != "completed":
-                raise RuntimeError(f"Baton turn in {chat} on {provider} ended {result.status}: {result.failure}")
-            return time.perf_counter() - started
+            return timed_baton_turn(client, chat, PROMPT)
 
         def naive_turn(chat: str, queue: str) -> float:
-            started = time.perf_counter()
-            reply = naive.send_task("naive.turn", args=[chat, PROMPT], queue=queue).get(timeout=30)
-            if "value-of-a" not in reply:
-                raise RuntimeError(f"naive turn in {chat} on {provider} answered {reply!r}")
-            return time.perf_counter() - started
+            return timed_naive_turn(naive, queue, chat, PROMPT)
 
         baton_lat: list[float] = []
         naive_lat: dict[str, list[float]] = {label: [] for label in queues}
@@ -79,7 +69,8 @@ def latency(provider: str, n: int = N) -> tuple[float, dict[str, float]]:
                 took = naive_turn(f"n{k}-{stamp}-{i}", queue)
                 if i >= WARMUP:
                     naive_lat[label].append(took)
-        naive.close()
+        for each in apps:
+            each.close()
     return median(baton_lat) * 1000, {label: median(v) * 1000 for label, v in naive_lat.items()}
 
 
