@@ -28,7 +28,7 @@ class Edge(Protocol):
 
     def record(
         self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
-        reads_next: bool = False,
+        reads_next: bool = False, writes_next: bool = False,
     ) -> None:
         """Journal one step and publish its events in one write.
 
@@ -36,7 +36,9 @@ class Edge(Protocol):
         it part of the settle's write instead of a write of its own. A crash before that write then loses the
         step as a crash before the step's own write would have. `reads_next`: only read tools follow (a round of
         them, none waiting for approval): the edge may let them start once the write is sent, before it is
-        confirmed, and confirm it before its next write.
+        confirmed, and confirm it before its next write. `writes_next`: the round's first call is a write tool that
+        waits for no approval, so the next write is its write-ahead entry, made before anything runs: the edge may
+        make the step part of that write (a crash before it re-asks the model, as one before the step's own write).
         """
         ...
 

@@ -23,7 +23,7 @@ class MemoryEdge:
 
     def record(
         self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
-        reads_next: bool = False,
+        reads_next: bool = False, writes_next: bool = False,
     ) -> None:
         self.steps[step_id] = record
         self.events.extend(events)

@@ -51,11 +51,12 @@ def model_step(
     live: LiveText,
     servers: Mapping[str, str] | None = None,
     spend: Spend | None = None,
-    reads: frozenset[str] = frozenset(),
+    unasked: Mapping[str, str] | None = None,
 ) -> Answer:
     """Ask the model once (or replay its journaled answer). `servers` maps an MCP tool's name to its server, which
     its `tool.called` event names; `spend`: the unit's budgets, which every attempt reserves from and settles to;
-    `reads`: the tools that only read and need no approval (an answer calling only them is sent ahead of them)."""
+    `unasked`: the effect (`read` or `write`) of each tool that runs without an approval (how the answer is written
+    depends on what its calls do first: `record_answer`)."""
     recorded = edge.recorded(f"model:{state.rounds_used}")
     if recorded is not None:
         telemetry().replayed(f"model:{state.rounds_used}")  # an event on the execution's span, not a span
@@ -65,7 +66,7 @@ def model_step(
     attempts = Attempts.open(edge, state, config, live, message_id, may_compact=not plan.compacted, spend=spend)
     answer, fit, request = send(provider, plan, attempts, cancel, config)
     answer = bound_to(answer, request)
-    record_answer(answer, fit, attempts, state, edge, config, servers, reads)
+    record_answer(answer, fit, attempts, state, edge, config, servers, unasked)
     return answer
 
 
@@ -203,10 +204,11 @@ def record_answer(
     edge: Edge,
     config: LoopConfig,
     servers: Mapping[str, str] | None,
-    reads: frozenset[str] = frozenset(),
+    unasked: Mapping[str, str] | None = None,
 ) -> None:
-    """Journal the step's answer with what every attempt of it cost, and its `tool.called` events, in one write
-    (sent ahead of its calls when all of them are `reads`: `Edge.record`)."""
+    """Journal the step's answer with what every attempt of it cost, and its `tool.called` events, in one write:
+    sent ahead of its calls when all of them read, part of the first call's write-ahead entry when that call writes
+    (`Edge.record`; `unasked`: the effect of each tool that runs without an approval)."""
     step_id = f"model:{state.rounds_used}"
     state.elided_before = fit.cut
     # The provider's count of this request calibrates the next step's estimate (journaled, so replays agree).
@@ -236,8 +238,12 @@ def record_answer(
     }
     events = _answer_events(answer, step_id, attempts.usage_dict(usage), config, servers)
     # An answer without tool calls ends the loop: the unit's settle follows, and may carry this step's write.
-    calls = answer.tool_uses
-    edge.record(step_id, record, events, last=not calls, reads_next=bool(calls) and all(b.name in reads for b in calls))
+    calls, effects = answer.tool_uses, unasked or {}
+    edge.record(
+        step_id, record, events, last=not calls,
+        reads_next=bool(calls) and all(effects.get(b.name) == "read" for b in calls),
+        writes_next=bool(calls) and effects.get(calls[0].name) == "write",
+    )
 
 
 def _answer_events(

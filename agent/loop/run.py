@@ -45,7 +45,7 @@ def run_loop(
     bytes of the history's file blocks are read; `spend`: the unit's budgets (None: none apply)."""
     tool_specs = [t.to_api() for t in tools.values()]
     servers = ServerOf(tools)
-    reads = frozenset(name for name, t in tools.items() if t.effect == "read" and not t.approval and not t.unavailable)
+    unasked = {name: t.effect for name, t in tools.items() if not t.approval and not t.unavailable}
     live = live or NoLiveText()
     view = RequestHistory(config.model, files)  # the request's history, grown round by round instead of rebuilt
     while True:
@@ -53,7 +53,7 @@ def run_loop(
         if config.deadline is not None and time.monotonic() > config.deadline:
             raise LoopFailure("the run used its wall-clock budget", FailureClass.BUDGET_EXCEEDED)
         answer = model_step(
-            history, view, state, provider, tool_specs, edge, cancel, config, live, servers, spend, reads
+            history, view, state, provider, tool_specs, edge, cancel, config, live, servers, spend, unasked
         )
         content = answer.content or (TextBlock(text="(no answer)"),)
         message_id = step_message_id(config, state)

@@ -128,11 +128,13 @@ class RedisJournal:
 
     def record(
         self, step_id: str, record: dict[str, Any], events: list[EventDraft], *, last: bool = False,
-        reads_next: bool = False,
+        reads_next: bool = False, writes_next: bool = False,
     ) -> None:
         """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`). A
         step that only read tools follow (`reads_next`) is sent ahead: they run while the store applies it, and its
         reply is read by the next write (`Fence.send_ahead`), which a read tool's result, or the call after it, is.
+        A step whose round starts with a write tool (`writes_next`) is held for that tool's write-ahead entry, one
+        write for both: the entry is written before the tool runs, and so is the step with it.
 
         Holding it widens no window: the settle follows with no I/O between (behind Sentinel or on a cluster its
         write checks the replication history itself, and one that finds a failover writes nothing and keeps the
@@ -169,7 +171,7 @@ class RedisJournal:
                 self._fence.commit(batch, replicas=confirm, timeout_ms=REPLICA_CONFIRM_MS, via=self.master)
             except ReplicationUnconfirmed as err:
                 raise self._unconfirmed(step_id, record, prior, err) from None
-        elif last:
+        elif last or writes_next:
             self._fence.hold(batch)
         elif self.flags is not None and step_id.startswith("tool:") and record.get("status") == "done":
             # A tool's result, written after it ran: the stop and drain flags are read with it, so the loop's look

@@ -117,14 +117,14 @@ def _harness(monkeypatch: pytest.MonkeyPatch, store: redis.Redis, drains: Drains
 
     real_record = journal_module.RedisJournal.record
 
-    def record(self, step_id, record, events, *, last=False, reads_next=False):  # type: ignore[no-untyped-def]
+    def record(self, step_id, record, events, *, last=False, reads_next=False, writes_next=False):  # type: ignore[no-untyped-def]
         kind = "model" if step_id.startswith("model:") else "tool" if step_id.startswith("tool:") else None
         status = record.get("status")
         if kind == "model":
             drains.at("model_write")
         elif kind == "tool" and status == "done":
             drains.at("result_write")
-        real_record(self, step_id, record, events, last=last, reads_next=reads_next)
+        real_record(self, step_id, record, events, last=last, reads_next=reads_next, writes_next=writes_next)
         if kind == "model":
             drains.at("model_written")
         elif kind == "tool" and status == "committing":

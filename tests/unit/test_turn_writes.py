@@ -203,7 +203,7 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
 def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypatch, called, expected):
     """A model step whose calls all read is sent, its tools run while the store applies it, and its reply is read
     after them, by the write that carries their results. One that calls a write tool is confirmed before the tool
-    runs (and before its write-ahead entry), as every step was."""
+    runs (with its write-ahead entry, in the same write), as every step was."""
     from agent.provider.scripted import reply_tool
     from agent.tools import by_name, tool
     from tasks.store.fenced import Fence
@@ -234,7 +234,7 @@ def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypa
         return reply(self)
 
     def committed(self, batch, **options):  # type: ignore[no-untyped-def]
-        answer = any(arg == "model:0" for op in batch.ops for arg in op[2:])
+        answer = any(arg == "model:0" for each in [batch, *self._held] for op in each.ops for arg in op[2:])
         out = commit(self, batch, **options)
         if answer:
             order.append("answer confirmed")
@@ -251,3 +251,35 @@ def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypa
     transcript = [json.loads(m) for m in store.lrange(keys.transcript(OWNER), 0, -1)]
     assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant"]
     assert transcript[2]["content"][0]["type"] == "tool_result" and not transcript[2]["content"][0]["is_error"]
+
+
+def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahead_entry(store, monkeypatch):
+    """A model step whose round starts with a write tool is not a write of its own: it goes in the tool's
+    write-ahead entry's write, before the tool runs. The turn's round trips: the take, each model call's budget
+    reservation, that write, the tool's result (with the flags the loop looks at), the settle (with the last step):
+    six, one fewer than with a write for the step."""
+    from agent.provider.scripted import reply_tool
+    from agent.tools import by_name, tool
+
+    journaled: list[list[str]] = []
+
+    @tool(effect="write")
+    def note(text: str) -> str:
+        """Write a note."""
+        steps = store.hgetall(keys.journal(OWNER, "t1", 0))
+        journaled.append(sorted(f"{k.decode()}={json.loads(v)['status']}" for k, v in steps.items()))
+        return "noted"
+
+    monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([note]))
+    provider = ScriptedProvider([reply_tool("note", {"text": "a"}, call_id="toolu_w"), reply_text("done")])
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
+    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), "t1")
+    trips = count_round_trips(store, monkeypatch)
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    assert outcome.reason == "completed"
+    assert journaled == [["model:0=done", "tool:toolu_w=committing"]]  # both written before the tool ran
+    assert trips == ["EVALSHA"] * 6, trips
+    types = [json.loads(f[b"e"])["type"] for _, f in store.xrange(keys.events(OWNER))]
+    assert types == ["turn.started", "tool.called", "tool.result", "text.delta", "turn.completed"], types
