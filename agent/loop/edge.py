@@ -34,11 +34,14 @@ class Edge(Protocol):
 
         `last`: the loop's last step (what follows is the unit's settle, with no I/O between): the edge may make
         it part of the settle's write instead of a write of its own. A crash before that write then loses the
-        step as a crash before the step's own write would have. `reads_next`: only read tools follow (a round of
-        them, none waiting for approval): the edge may let them start once the write is sent, before it is
-        confirmed, and confirm it before its next write. `writes_next`: the round's first call is a write tool that
-        waits for no approval, so the next write is its write-ahead entry, made before anything runs: the edge may
-        make the step part of that write (a crash before it re-asks the model, as one before the step's own write).
+        step as a crash before the step's own write would have.
+
+        `reads_next`: the round's first call is a read tool that waits for no approval: the edge may let the round
+        start once the write is sent, before it is confirmed, and confirm it before its next write, which comes
+        before any write tool runs (its write-ahead entry, or an approval's request) and before the next model call
+        is sent. `writes_next`: the round's first call is a write tool that waits for no approval, so the next write
+        is its write-ahead entry, made before anything runs: the edge may make the step part of that write (a crash
+        before it re-asks the model, as one before the step's own write).
         """
         ...
 

@@ -207,7 +207,7 @@ def record_answer(
     unasked: Mapping[str, str] | None = None,
 ) -> None:
     """Journal the step's answer with what every attempt of it cost, and its `tool.called` events, in one write:
-    sent ahead of its calls when all of them read, part of the first call's write-ahead entry when that call writes
+    sent ahead of its calls when the first of them reads, part of its write-ahead entry when it writes
     (`Edge.record`; `unasked`: the effect of each tool that runs without an approval)."""
     step_id = f"model:{state.rounds_used}"
     state.elided_before = fit.cut
@@ -241,7 +241,7 @@ def record_answer(
     calls, effects = answer.tool_uses, unasked or {}
     edge.record(
         step_id, record, events, last=not calls,
-        reads_next=bool(calls) and all(effects.get(b.name) == "read" for b in calls),
+        reads_next=bool(calls) and effects.get(calls[0].name) == "read",
         writes_next=bool(calls) and effects.get(calls[0].name) == "write",
     )
 

@@ -131,8 +131,9 @@ class RedisJournal:
         reads_next: bool = False, writes_next: bool = False,
     ) -> None:
         """Journal a step in one fenced write; the loop's `last` step rides with the settle's write (`Fence.hold`). A
-        step that only read tools follow (`reads_next`) is sent ahead: they run while the store applies it, and its
-        reply is read by the next write (`Fence.send_ahead`), which a read tool's result, or the call after it, is.
+        step whose round starts with a read tool (`reads_next`) is sent ahead: the round's reads run while the store
+        applies it, and its reply is read by the next write (`Fence.send_ahead`): a read tool's result, the next
+        model call's preflight, a write tool's write-ahead entry or an approval's request.
         A step whose round starts with a write tool (`writes_next`) is held for that tool's write-ahead entry, one
         write for both: the entry is written before the tool runs, and so is the step with it.
 

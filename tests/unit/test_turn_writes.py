@@ -197,14 +197,18 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
 
 
 @pytest.mark.parametrize(("called", "expected"), [
-    ("look", ["tool ran", "answer confirmed"]),
-    ("note", ["answer confirmed", "tool ran"]),
+    (["look"], ["look ran", "answer confirmed"]),
+    (["note"], ["answer confirmed", "note ran"]),
+    (["look", "note"], ["look ran", "answer confirmed", "note ran"]),
+    (["note", "look"], ["answer confirmed", "note ran", "look ran"]),
 ])
-def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypatch, called, expected):
-    """A model step whose calls all read is sent, its tools run while the store applies it, and its reply is read
-    after them, by the write that carries their results. One that calls a write tool is confirmed before the tool
+def test_an_answer_whose_round_starts_with_a_read_tool_is_sent_ahead_of_it(store, monkeypatch, called, expected):
+    """A model step whose round starts with a read tool is sent, the reads run while the store applies it, and its
+    reply is read by the next write: the one that carries their results, or a write tool's write-ahead entry, which
+    so comes after it, before that tool runs. One whose round starts with a write tool is confirmed before the tool
     runs (with its write-ahead entry, in the same write), as every step was."""
-    from agent.provider.scripted import reply_tool
+    from agent.messages import ToolUseBlock
+    from agent.provider.scripted import ScriptedReply
     from agent.tools import by_name, tool
     from tasks.store.fenced import Fence
     from tasks.store.sent_ahead import SentAhead
@@ -214,18 +218,19 @@ def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypa
     @tool(effect="read")
     def look(key: str) -> str:
         """Read a value."""
-        order.append("tool ran")
+        order.append("look ran")
         return f"value-of-{key}"
 
     @tool(effect="write")
     def note(text: str) -> str:
         """Write a note."""
-        order.append("tool ran")
+        order.append("note ran")
         return "noted"
 
     monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([look, note]))
-    arguments = {"key": "a"} if called == "look" else {"text": "a"}
-    provider = ScriptedProvider([reply_tool(called, arguments), reply_text("done")])
+    arguments = {"look": {"key": "a"}, "note": {"text": "a"}}
+    calls = tuple(ToolUseBlock(id=f"toolu_{n}", name=n, input=arguments[n]) for n in called)
+    provider = ScriptedProvider([ScriptedReply(content=calls), reply_text("done")])
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
     reply, commit = SentAhead.reply, Fence.commit
 
@@ -250,7 +255,8 @@ def test_an_answer_calling_only_read_tools_is_sent_ahead_of_them(store, monkeypa
     assert order == expected
     transcript = [json.loads(m) for m in store.lrange(keys.transcript(OWNER), 0, -1)]
     assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant"]
-    assert transcript[2]["content"][0]["type"] == "tool_result" and not transcript[2]["content"][0]["is_error"]
+    results = transcript[2]["content"]
+    assert [r["type"] for r in results] == ["tool_result"] * len(called) and not any(r["is_error"] for r in results)
 
 
 def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahead_entry(store, monkeypatch):
