@@ -14,6 +14,7 @@ from agent.provider.scripted import ScriptedProvider, reply_text
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.flow import Execution, Unit
+from tasks.execution.settling import Outcome
 from tasks.store import budgets, keys
 from tasks.store.fenced import _FENCED
 from tasks.store.records import UnitRecord
@@ -22,6 +23,18 @@ from tasks.store.take import _TAKE
 SETTINGS = Settings(redis_url="redis://fake:6379/0", provider="scripted", queue="q", lease_ttl=3,
                     tools="bench.tools:TOOLS", backoff_scale=0)
 OWNER = keys.owner("chat", "c1")
+
+
+def queue_turn(store, text: str = "hi?") -> None:  # type: ignore[no-untyped-def]
+    """Turn t1 of chat c1, queued at its chat's head with its record, as the client's enqueue leaves it."""
+    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text=text, task_id="task-t1", created_at=time.time())
+    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
+    store.rpush(keys.queue(OWNER), "t1")
+
+
+def run_turn() -> Outcome:
+    """One execution of turn t1, as a worker's task runs it."""
+    return Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
 
 
 @pytest.fixture
@@ -44,10 +57,7 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     order: started, the text, completed."""
     if budgeted:
         budgets.set_budget(store, "all", None, 1_000_000, "month")
-    text = 'a "quoted" question'
-    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text=text, task_id="task-t1", created_at=time.time())
-    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
-    store.rpush(keys.queue(OWNER), "t1")
+    queue_turn(store, 'a "quoted" question')
     sent: list[str] = []
     inner = store.execute_command
 
@@ -56,7 +66,7 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
         return inner(*args, **options)
 
     store.execute_command = counting
-    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    outcome = run_turn()
     assert outcome.action == "done" and outcome.reason == "completed"
     assert sent == ["EVALSHA"] * (4 if budgeted else 3)
     stored = {k.decode(): json.loads(v) for k, v in store.hgetall(keys.record(OWNER, "t1")).items()}
@@ -130,11 +140,9 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
     gated = LimitedProvider(ScriptedProvider([reply_text("hi")]), RedisGate(store, "anthropic|local|k"), limits=None,
                             max_wait=5.0)
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
-    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
-    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
-    store.rpush(keys.queue(OWNER), "t1")
+    queue_turn(store)
     trips = count_round_trips(store, monkeypatch)
-    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    outcome = run_turn()
     assert outcome.action == "done" and outcome.reason == "completed"
     assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
     if budgeted:
@@ -247,10 +255,8 @@ def test_an_answer_whose_round_starts_with_a_read_tool_is_sent_ahead_of_it(store
 
     monkeypatch.setattr(SentAhead, "reply", confirmed)
     monkeypatch.setattr(Fence, "commit", committed)
-    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
-    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
-    store.rpush(keys.queue(OWNER), "t1")
-    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    queue_turn(store)
+    outcome = run_turn()
     assert outcome.reason == "completed"
     assert order == expected
     transcript = [json.loads(m) for m in store.lrange(keys.transcript(OWNER), 0, -1)]
@@ -279,11 +285,9 @@ def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahea
     monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([note]))
     provider = ScriptedProvider([reply_tool("note", {"text": "a"}, call_id="toolu_w"), reply_text("done")])
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: provider)
-    rec = UnitRecord(kind="turn", owner_id=OWNER, unit_id="t1", text="hi?", task_id="task-t1", created_at=time.time())
-    store.hset(keys.record(OWNER, "t1"), mapping=rec.to_hash())
-    store.rpush(keys.queue(OWNER), "t1")
+    queue_turn(store)
     trips = count_round_trips(store, monkeypatch)
-    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1").run()
+    outcome = run_turn()
     assert outcome.reason == "completed"
     assert journaled == [["model:0=done", "tool:toolu_w=committing"]]  # both written before the tool ran
     assert trips == ["EVALSHA"] * 6, trips
