@@ -12,6 +12,9 @@ keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair, 
   turn; timed from send to the result in hand (Baton: `send_message` + `wait`; naive: `send_task` + `get`).
 - A second naive worker runs the same loop without streaming (`messages.create`), as a first version would:
   reported for information (the goals are against the streaming loop).
+- A third runs the streaming loop made durable as a careful user would (`bench.safe_naive_app`: a per-chat lock,
+  each step journaled before the next, one write at the end): the floor any loop that loses no work pays here, so
+  Baton ÷ it is what Baton's features and design cost beyond durability. Information too.
 - Latency again with every model call taking 0.1 s (10 turns a side): the fixed costs next to a real model's time.
 - Throughput: 80 turns on distinct chats sent as fast as the client can, then all awaited; each side in turn,
   five rounds. Baton again with each chat's 4 turns sent back to back (20 chats), whose per-chat order is checked
@@ -157,6 +160,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         naive, naive_queue, naive_worker = naive_beside(stack, 2)
         # The same loop without streaming (`messages.create`), on a queue of its own.
         _, create_queue, _ = naive_beside(stack, 2, name="naive-create", NAIVE_STREAM="0")
+        # The streaming loop made durable (`bench.safe_naive_app`), on a queue of its own.
+        _, safe_queue, _ = naive_beside(stack, 2, name="naive-safe", NAIVE_APP="bench.safe_naive_app")
         baton_worker = stack.worker("w1", concurrency=2)
         client = stack.client()
         stamp = uuid.uuid4().hex[:6]
@@ -179,9 +184,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             baton_turn(f"warm-b-{stamp}-{i}")
             naive_turn(f"warm-n-{stamp}-{i}")
             naive_turn(f"warm-s-{stamp}-{i}", create_queue)
+            naive_turn(f"warm-d-{stamp}-{i}", safe_queue)
         baton_lat: list[float] = []
         naive_lat: list[float] = []
         create_lat: list[float] = []
+        safe_lat: list[float] = []
         opened = {"baton": 0, "naive": 0}  # provider connections accepted during each side's latency turns
         assert stack.redis_server is not None and stack.redis_server.proc is not None
         cpu = {"baton": CpuMeter(baton_worker, stack.redis_server.proc.pid),
@@ -194,6 +201,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             naive_lat.append(cpu["naive"].measure(lambda: naive_turn(f"lat-n-{stamp}-{i}")))  # noqa: B023
             opened["naive"] += fake.connections - at
             create_lat.append(naive_turn(f"lat-s-{stamp}-{i}", create_queue))
+            safe_lat.append(naive_turn(f"lat-d-{stamp}-{i}", safe_queue))
 
         # The same turns against a model that takes MODEL_SECONDS per call before it answers: the fixed costs of
         # both loops next to what a user waits for anyway (a sleep here is the simulated model's work).
@@ -220,6 +228,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
 
             naive_s = naive_block(f"tp-n-{stamp}-{block}", naive_queue, turns)
             create_s = naive_block(f"tp-s-{stamp}-{block}", create_queue, turns)
+            safe_s = naive_block(f"tp-d-{stamp}-{block}", safe_queue, turns)
 
             started = time.perf_counter()
             chats = [f"tb-{stamp}-{block}-{c}" for c in range(turns // PER_CHAT)]
@@ -230,7 +239,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
                 raise RuntimeError(f"Baton back-to-back block ended {done}")
             burst_refs += refs
             rounds.append({"baton": turns / baton_s, "naive": turns / naive_s, "create": turns / create_s,
-                           "burst": turns / burst_s})
+                           "safe": turns / safe_s, "burst": turns / burst_s})
         # Last (what the gate learns stays in the store for a minute): every answer carrying the real API's rate-limit
         # headers, under a limit nobody reaches. The fake sends none otherwise; Baton shares what they say with the
         # fleet (one write an answer) and counts each admission down against it, the naive loop ignores them.
@@ -249,6 +258,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
     b50, n50 = median(baton_lat) * 1000, median(naive_lat) * 1000
     b90, n90 = p90(baton_lat) * 1000, p90(naive_lat) * 1000
     s50 = median(create_lat) * 1000
+    d50 = median(safe_lat) * 1000
     slow_b, slow_n = median(slow_lat["baton"]) * 1000, median(slow_lat["naive"]) * 1000
     said_b, said_n = median(said["baton"]) * 1000, median(said["naive"]) * 1000
     b_tps, n_tps, s_tps, burst_tps = (median([r[side] for r in rounds]) for side in ("baton", "naive", "create",
@@ -257,6 +267,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
     tp_ratio = median(vs_naive)
     vs_create = median([r["baton"] / r["create"] for r in rounds])
     burst_ratio = median([r["burst"] / r["baton"] for r in rounds])
+    safe_tp = median([r["safe"] / r["naive"] for r in rounds])
+    vs_safe = median([r["baton"] / r["safe"] for r in rounds])
     print(f"  latency p50: Baton {fmt(b50)} ms, naive {fmt(n50)} ms -> {fmt(b50 / n50)}x; "
           f"p90: Baton {fmt(b90)} ms, naive {fmt(n90)} ms -> {fmt(b90 / n90)}x", flush=True)
     print(f"  throughput, {turns} distinct chats, median of {ROUNDS} rounds: Baton {fmt(b_tps)}/s, "
@@ -271,6 +283,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         print(f"    {place:<14} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
     print(f"  naive loop without streaming (messages.create): latency p50 {fmt(s50)} ms (Baton ÷ it "
           f"{fmt(b50 / s50)}x), {fmt(s_tps)} turns/s (Baton ÷ it {fmt(vs_create)}x)", flush=True)
+    print(f"  naive loop made durable (lock, journal): latency p50 {fmt(d50)} ms ({fmt(d50 / n50)}x naive; Baton ÷ "
+          f"it {fmt(b50 / d50)}x), turns/s {fmt(safe_tp)}x naive (Baton ÷ it {fmt(vs_safe)}x)", flush=True)
     return [
         Row("Baton turn latency, 1 tool round (p50)", b50, "ms", "—", f"info (p90 {fmt(b90)} ms)"),
         Row("naive loop turn latency, 1 tool round, messages.stream (p50)", n50, "ms", "—",
@@ -298,6 +312,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         Row("turns/s ÷ naive (median of the rounds' ratios)", tp_ratio, "x", "≥ 0.85",
             f"{judge(tp_ratio, at_least=0.85)} (rounds {fmt(min(vs_naive))} to {fmt(max(vs_naive))})"),
         Row("turns/s ÷ naive without streaming", vs_create, "x", "—", "info"),
+        Row("the naive loop made durable (lock, journal), latency ÷ naive (p50)", d50 / n50, "x", "—",
+            f"info ({fmt(d50)} ms)"),
+        Row("turn latency ÷ the naive loop made durable (p50)", b50 / d50, "x", "—", "info"),
+        Row("the naive loop made durable, turns/s ÷ naive", safe_tp, "x", "—", "info"),
+        Row("turns/s ÷ the naive loop made durable", vs_safe, "x", "—", "info"),
         Row(f"Baton turns/s, {PER_CHAT} turns per chat back to back", burst_tps, "turns/s", "—", "info"),
         Row("back to back ÷ distinct chats", burst_ratio, "x", "≥ 0.8", judge(burst_ratio, at_least=0.8)),
         Row("back-to-back chats whose turns completed out of send order", float(disorder), "chats", "0",
