@@ -22,6 +22,7 @@ from config.celeryconfig import celery_config
 from config.settings import Settings
 from tasks.reach import BROKER_ERRORS, Unavailable
 from tasks.runtime.kombu_fixes import install as install_kombu_fixes
+from tasks.store.ahead import USER_HEADER
 from tasks.store.fenced import Batch
 from tasks.store.reads import chat_head_record
 from tasks.store.records import Failure, UnitRecord
@@ -162,9 +163,10 @@ class Publisher:
         else:
             name, args = "baton.chat_turn", [rec.owner_id.partition(":")[2], rec.unit_id]
         queue = rec.queue or self.settings.queue  # its agent's queue, when it has one
-        # The sender's `traceparent` when this process traces; else no option at all: the message is as it was.
-        traced = {"headers": headers} if (headers := trace_headers()) else {}
-        self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, **traced)
+        # Whose unit it is, for the take to ask ahead what its first model call needs (tasks/store/ahead.py); and the
+        # sender's `traceparent` when this process traces.
+        headers = {USER_HEADER: rec.user or "", **trace_headers()}
+        self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, headers=headers)
 
     def _start_next(self, store: redis.Redis, owner_id: str) -> None:
         """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not

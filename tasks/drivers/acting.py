@@ -14,6 +14,7 @@ from config.topology import broker_countdown
 from tasks.app import settings
 from tasks.execution.flow import Execution
 from tasks.execution.settling import HandOff, Outcome
+from tasks.store.ahead import USER_HEADER
 
 log = logging.getLogger("baton.tasks")
 
@@ -67,12 +68,14 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
         raise Ignore()
     if outcome.action == "defer":
         # Same task id, so clients and Flower keep one identity; the original message is acked.
+        user = message_user(task)
         task.apply_async(
             args=task.request.args,
             kwargs=task.request.kwargs,
             task_id=task.request.id,
             countdown=broker_countdown(settings.broker, outcome.countdown),
             queue=delivered_queue(task),  # back where it came from: its agent's queue, not this worker's default
+            headers={USER_HEADER: user} if user is not None else None,
         )
         raise Ignore()
     exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
@@ -86,10 +89,18 @@ def delivered_queue(task: Task) -> str:
     return queue if isinstance(queue, str) and queue else settings.queue
 
 
+def message_user(task: Task) -> str | None:
+    """Whose unit the message says it is (`USER_HEADER`: "" for nobody's), None when it does not say (an older
+    publisher's message, or one published without its record at hand)."""
+    user = task.request.get(USER_HEADER)
+    return user if isinstance(user, str) else None
+
+
 def hand_off(task: Task, nxt: HandOff) -> None:
     """Start the chat's next turn, right after this one's settle; if this fails, the lost-message sweep does."""
     try:
-        task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue)
+        task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
+                         headers={USER_HEADER: nxt.user or ""})
     except Exception:
         log.warning("could not start the next turn %s; the sweep will", nxt.args, exc_info=True)
 

@@ -8,7 +8,7 @@ from celery import Task
 
 from agent.loop.policy import Driver
 from tasks.app import app, settings
-from tasks.drivers.acting import execute, reject_invalid
+from tasks.drivers.acting import execute, message_user, reject_invalid
 from tasks.execution.flow import Execution, Unit
 from tasks.store import keys
 
@@ -31,4 +31,7 @@ def chat_turn(self: Task, chat_id: str, turn_id: str) -> dict[str, Any]:
     ):
         reject_invalid(self, f"malformed ids: chat_id={chat_id!r} turn_id={turn_id!r}")
     unit = Unit(Driver.CHAT_TURN, keys.owner("chat", chat_id), turn_id)
-    return execute(self, Execution(settings, unit, hostname=self.request.hostname or "", task_id=self.request.id))
+    execution = Execution(
+        settings, unit, hostname=self.request.hostname or "", task_id=self.request.id, user=message_user(self)
+    )
+    return execute(self, execution)

@@ -8,7 +8,7 @@ from celery import Task
 
 from agent.loop.policy import Driver
 from tasks.app import app, settings
-from tasks.drivers.acting import execute, reject_invalid
+from tasks.drivers.acting import execute, message_user, reject_invalid
 from tasks.execution.flow import Execution, Unit
 from tasks.store import keys
 
@@ -29,4 +29,7 @@ def coding_run(self: Task, run_id: str) -> dict[str, Any]:
     if not (isinstance(run_id, str) and keys.ID_PATTERN.match(run_id)):
         reject_invalid(self, f"malformed run id: {run_id!r}")
     unit = Unit(Driver.CODING_RUN, keys.owner("run", run_id), run_id)
-    return execute(self, Execution(settings, unit, hostname=self.request.hostname or "", task_id=self.request.id))
+    execution = Execution(
+        settings, unit, hostname=self.request.hostname or "", task_id=self.request.id, user=message_user(self)
+    )
+    return execute(self, execution)

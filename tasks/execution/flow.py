@@ -39,8 +39,9 @@ from tasks.execution.settling import Outcome, Unit
 from tasks.execution.starting import Starting
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
+from tasks.store.ahead import Ask
 from tasks.store.budget_rules import unit_scopes
-from tasks.store.budgets import RedisSpend
+from tasks.store.budgets import RedisSpend, applying
 from tasks.store.failover import master_of, replid
 from tasks.store.fenced import Fence, ReplicationUnconfirmed, fill
 from tasks.store.files import StoredFiles
@@ -83,11 +84,16 @@ def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
 
 
 class Execution(Starting, Seeding, RateWaiting):
-    def __init__(self, settings: Settings, unit: Unit, *, hostname: str, task_id: str) -> None:
+    def __init__(
+        self, settings: Settings, unit: Unit, *, hostname: str, task_id: str, user: str | None = None
+    ) -> None:
+        """`user`: whose unit its message says it is ("": nobody's; None: the message does not say), for the take to
+        ask what the first model call's preflight needs (tasks/store/ahead.py)."""
         self.settings = settings
         self.unit = unit
         self.hostname = hostname
         self.task_id = task_id
+        self.user = user
         self.client = wiring.store(settings)
         self.cancel = CancelToken()
         self.live: RedisLiveText | None = None
@@ -156,6 +162,7 @@ class Execution(Starting, Seeding, RateWaiting):
             start=self._first_start(fill(TEXT), fill(HISTORY_LEN), time.time()),
             starts_as=(default.name, default.model),
             replication=replication,
+            ask=self._ask(default),
         )
         self.choice = None
         rec = UnitRecord.from_hash(taken.record)
@@ -163,7 +170,18 @@ class Execution(Starting, Seeding, RateWaiting):
             rec.history_len = len(taken.transcript or [])  # the script pushed the user's message: it ends them
             self._running(rec)
             self._adopt(rec, Choice(default))
+        else:
+            PREFLIGHT.forget()  # not started here: no first call of this unit follows (or not at once)
         return rec, taken
+
+    def _ask(self, default: Resolved) -> Ask | None:
+        """What the first model call's preflight needs, when the message says whose unit it is: asked with the take."""
+        if self.user is None:
+            return None
+        gate = wiring.gate_ahead(self.settings, self.client, default)
+        scopes = unit_scopes(self.unit.owner_id, self.user or None, default.name)
+        return Ask(gate.ahead(default.model, default.max_tokens) if gate is not None else None,
+                   applying(self.unit.owner_id, scopes))
 
     def _hold(self, rec: UnitRecord, taken: Taken, lease: Lease) -> Loaded | Outcome:
         """What the execution starts from, read with its lease; or what to do with the message when it may not run

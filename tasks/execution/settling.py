@@ -49,6 +49,7 @@ class HandOff:
     args: tuple[str, ...]
     task_id: str
     queue: str | None = None  # its agent's queue (None: the worker's default)
+    user: str | None = None  # whose turn it is ("": nobody's; None: not known), for its message's header
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ class Settling:
         nxt = chat_head_record(self.client, self.unit.owner_id)
         if nxt is None or nxt.status == "running":
             return None
-        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue)
+        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue, nxt.user or "")
 
     def _stored_round(self, state: LoopState) -> bytes | None:
         """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""

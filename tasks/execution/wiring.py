@@ -147,6 +147,14 @@ def build_provider(settings: Settings, client: redis.Redis, agent: Resolved | No
 _gates: PerProcess[RedisGate] = PerProcess()
 
 
+def gate_ahead(settings: Settings, client: redis.Redis | None, agent: Resolved) -> RedisGate | None:
+    """The gate `build_provider` puts before `agent`'s provider, when its admission needs nothing of the request (the
+    agent has no rate limits of its own): what the take may ask ahead (tasks/store/ahead.py). Else None."""
+    if agent.provider == "scripted" or settings.rate_sharing != "on" or client is None or agent.rate_limits is not None:
+        return None
+    return _gate(client, endpoint_identity(agent.provider, Endpoint(agent.base_url, agent.api_key_env)))
+
+
 def _gate(client: redis.Redis, identity: str) -> RedisGate:
     """The shared rate-limit count of one endpoint, one per process (its scripts registered once)."""
     return _gates.get((id(client), identity), lambda: RedisGate(client, identity))

@@ -12,6 +12,7 @@ from agent.loop.policy import after_interruption
 from agent.messages import DEPLOY_NOTICE, dump_message, notice
 from config.settings import Settings
 from tasks.store import budgets, indexes, keys, settled
+from tasks.store.ahead import USER_HEADER
 from tasks.store.reads import chat_head, chat_head_record, load_record
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replies import blobs
@@ -115,7 +116,8 @@ def publish(app: Celery, settings: Settings, rec: UnitRecord) -> None:
         if rec.kind == "turn"
         else ("baton.coding_run", [rec.unit_id])
     )
-    app.send_task(name, args=args, task_id=rec.task_id or None, queue=rec.queue or settings.queue)
+    app.send_task(name, args=args, task_id=rec.task_id or None, queue=rec.queue or settings.queue,
+                  headers={USER_HEADER: rec.user or ""})
 
 
 KOMBU_UNACKED = "unacked"  # the hash where kombu's Redis transport keeps delivered, unacknowledged messages

@@ -21,7 +21,8 @@ worst case any entry whose unit's lease is now another's or nobody's: a pool chi
 once, without the lost-worker sweep, and its unit may end without another attempt.
 
 What counts. An attempt is charged to the budgets it was reserved on: a budget set while an attempt is in flight
-starts counting with the next one, and a budget counts from when it is set, not from what units spent before.
+starts counting with the next one (for a unit's first attempt, one set after its take read that none applied:
+tasks/store/ahead.py), and a budget counts from when it is set, not from what units spent before.
 """
 
 from __future__ import annotations
@@ -182,6 +183,12 @@ def clear_budget(client: redis.Redis, scope: str) -> bool:
 NOTHING_HELD = ""  # the id of a reservation no budget held: nothing to settle
 
 
+def applying(owner_id: str, scopes: list[str]) -> list[str]:
+    """The keys whose existence says whether a reservation holds anything: the unit's budgets and what its owner holds
+    (none of them: a fleet without budgets, one command; also what the take reads ahead, tasks/store/ahead.py)."""
+    return [*(keys.budget(s) for s in scopes), keys.budget_held(owner_id)]
+
+
 class RedisSpend:
     """A unit's budgets for one execution: the `Spend` the loop reserves from and settles to.
 
@@ -197,7 +204,7 @@ class RedisSpend:
         self._client = client
         self._scopes = scopes
         self._holder = holder
-        self._keys = [*(keys.budget(s) for s in scopes), keys.budget_held(owner_id), keys.BUDGET_HOLDERS]
+        self._keys = [*applying(owner_id, scopes), keys.BUDGET_HOLDERS]
         self._held = self._keys[-2]
         self._reserve = registered(client, RESERVE)
         self._settle = registered(client, SETTLE)
@@ -209,6 +216,8 @@ class RedisSpend:
     def reserve(self, worst: Charge) -> str:
         """Hold `worst` on every budget of the unit, or raise `BudgetExceeded` naming the one it would pass (when
         deferred: in the rate gate's round trip, before anything is sent)."""
+        if PREFLIGHT.no_budget(self._keys[:-1]):
+            return NOTHING_HELD  # the take read that no budget of the unit exists, nor anything its owner holds
         rid = f"{self.execution}:{next(self._count)}"
         now = now_utc()
         day, month = budget_rules.windows(now)

@@ -17,11 +17,17 @@ a fenced write of its own between the round of tools and the next model call (ta
 first, its reply is read first, and a lost lease raises (`LeaseLostUnsent`) before any other refusal; what it read
 (the stop and drain flags) is acted on before the attempt is sent. A lead whose write rode a commit first sends
 nothing.
+
+A unit's first model call may have been asked for already, in the take's round trip (`Asked`, tasks/store/ahead.py):
+the gate's admission of the endpoint and model the unit starts with, and whether any budget of the unit exists. The
+first reservation and admission on the thread then take those replies (`no_budget`, `admitted`) instead of a round
+trip of their own, if they ask for the same keys within `AHEAD_SECONDS` of the take; otherwise they ask as before.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -40,6 +46,23 @@ class Deferred:
     keys: list[str]
     args: list[Any]
     answer: Callable[[Any], None]
+
+
+# How long what the take asked for the first model call stands for it: a chat turn's first call follows its take by
+# a millisecond; a run that first starts its tool servers asks again, so a budget set meanwhile counts for it.
+AHEAD_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the take's round trip asked for the unit's first model call (see the module): the gate's reply for its
+    endpoint state key (None: not asked), and whether none of the budget keys exists (None: not read)."""
+
+    state_key: str
+    admission: Any
+    budget_keys: tuple[str, ...]
+    no_budget: bool | None
+    at: float
 
 
 class Lead(Protocol):
@@ -75,7 +98,38 @@ class Preflight:
 
     def forget(self) -> None:
         """Drop what waits on this thread, at the end of an execution: nothing of it may ride the next one's."""
-        self._local.waiting, self._local.lead = [], None
+        self._local.waiting, self._local.lead, self._local.asked = [], None, None
+
+    def asked(self, asked: Asked) -> None:
+        """What the take asked for this thread's next model call (see the module)."""
+        self._local.asked = asked
+
+    def _fresh(self) -> Asked | None:
+        asked: Asked | None = getattr(self._local, "asked", None)
+        if asked is not None and time.monotonic() - asked.at > AHEAD_SECONDS:
+            self._local.asked = asked = None
+        return asked
+
+    def no_budget(self, budget_keys: list[str]) -> bool:
+        """True when the take read that none of `budget_keys` exists. Only the first reservation after the take asks:
+        its answer is spent either way."""
+        asked = self._fresh()
+        if asked is None or asked.no_budget is None:
+            return False
+        self._local.asked = Asked(asked.state_key, asked.admission, (), None, asked.at)
+        return asked.no_budget and asked.budget_keys == tuple(budget_keys)
+
+    def admitted(self, state_key: str) -> Any:
+        """The gate's reply the take had for `state_key`, or None: ask. Only the first admission after the take asks
+        (its reply is spent either way), and not while a reservation or a lead waits on this thread: they need the round
+        trip anyway, and the admission it carries counts the attempt once more (the fleet sends a little less)."""
+        asked = self._fresh()
+        self._local.asked = None
+        if asked is None or asked.admission is None or asked.state_key != state_key:
+            return None
+        if self._waiting() or getattr(self._local, "lead", None) is not None:
+            return None
+        return asked.admission
 
     def withdraw(self, call: Deferred) -> bool:
         """Take `call` back unsent (True), or say it was sent (False)."""

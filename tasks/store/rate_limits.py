@@ -22,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 from agent.agents.rate_limits import WINDOW_SECONDS, RateLimits
 from agent.loop.spend import BudgetExceeded
@@ -169,6 +172,9 @@ class RedisGate:
               output_tokens: int) -> Admission:
         """One script: admitted now, or how long until it could be (see the module)."""
         state, entries = self._keys(model)
+        asked = PREFLIGHT.admitted(state)  # the take's round trip may have asked for the first attempt already
+        if asked is not None and limits is None:
+            return _admission(asked)
         args: list[int | str] = [*(limits.as_args() if limits is not None else [0, 0, 0]), input_tokens,
                                  output_tokens, reservation, self._window_ms]
         try:
@@ -178,10 +184,14 @@ class RedisGate:
             if limits is not None and limits.output_tokens_per_minute is not None:
                 self.settle(model, reservation, 0)  # admitted or not, nothing goes: its output tokens back
             raise
-        if int(reply[0]) == 1:
-            return Admission(True)
-        why = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
-        return Admission(False, int(reply[1]) / 1000, why)
+        return _admission(reply)
+
+    def ahead(self, model: str, output_tokens: int) -> tuple[str, Script, list[str], list[Any]]:
+        """An attempt's admission under no limits of its agent's, for the take's round trip to ask before the first
+        model call (tasks/store/ahead.py): the endpoint's state key it counts on, and the script call."""
+        state, entries = self._keys(model)
+        args: list[Any] = [0, 0, 0, 0, output_tokens, uuid.uuid4().hex, self._window_ms]
+        return state, self._admit, [state, entries], args
 
     def settle(self, model: str, reservation: str, output_tokens: int) -> None:
         self._settle(keys=[self._keys(model)[0]], args=[reservation, max(0, output_tokens)])
@@ -202,3 +212,11 @@ class RedisGate:
             return
         log.info("endpoint %s model %s: no request for %.1fs (%s)", self._identity.split("|")[0], model, said.wait,
                  "retry-after" if said.retry_after else f"{said.exhausted_limit} at 0")
+
+
+def _admission(reply: Any) -> Admission:
+    """The ADMIT script's reply as the gate's answer."""
+    if int(reply[0]) == 1:
+        return Admission(True)
+    why = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+    return Admission(False, int(reply[1]) / 1000, why)

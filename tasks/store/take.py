@@ -30,6 +30,7 @@ import redis
 from redis._parsers.helpers import parse_info  # how redis-py reads an INFO reply: the same dict as `client.info()`
 
 from tasks.store import keys
+from tasks.store.ahead import Ask, take_asking
 from tasks.store.fenced import RUN_OPS, Batch, fill_mark, registered
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
@@ -117,6 +118,7 @@ def take(
     start: Batch | None = None,
     starts_as: tuple[str, str] = ("", ""),
     replication: bool = False,
+    ask: Ask | None = None,
 ) -> Taken:
     """Read the unit's record and, if it may run (unfinished, and with `check_head` its chat's head), take the
     lease and read the stop and drain flags and the transcript (to the unit's `history_len`, all when -1).
@@ -124,7 +126,8 @@ def take(
     `start`: a first generation's start, written with the lease when the record is one (see the module); it may
     leave the record's text (`fill(TEXT)`) and the transcript's length after its own pushes (`fill(HISTORY_LEN)`)
     to the script. `starts_as`: the agent and model `start` runs the unit with; only a record naming them (or
-    naming none) is started by it. `replication`: read the master's INFO replication first (see the module)."""
+    naming none) is started by it. `replication`: read the master's INFO replication first (see the module).
+    `ask`: what the first model call's preflight needs, asked in the same round trip (tasks/store/ahead.py)."""
     own = [
         keys.record(owner_id, unit_id),
         keys.queue(owner_id),
@@ -133,9 +136,10 @@ def take(
         keys.drain(hostname, owner_id),
         keys.transcript(owner_id),
     ]
-    reply = registered(client, _TAKE)(
-        keys=[*own, *(start.keys if start else ())],
-        args=[
+    call = (
+        registered(client, _TAKE),
+        [*own, *(start.keys if start else ())],
+        [
             unit_id,
             lease.token,
             lease.ttl_ms,
@@ -149,6 +153,7 @@ def take(
             *(start.ops_args(compact=False) if start else ()),
         ],
     )
+    reply = call[0](keys=call[1], args=call[2]) if ask is None else take_asking(client, call, ask)
     info = parse_info(text_or_none(reply[0])) if reply[0] else None
     reply = reply[1:]
     flat = reply[0]

@@ -27,8 +27,9 @@ class FakeApp:
     def __init__(self) -> None:
         self.sent: list[tuple[str, list, str | None]] = []
 
-    def send_task(self, name, args, task_id=None, queue=None):
+    def send_task(self, name, args, task_id=None, queue=None, headers=None):
         self.sent.append((name, args, task_id))
+        self.headers = headers
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def test_a_turn_behind_its_head_is_dropped_and_the_heads_settle_starts_it(store)
     early = _run("t2")
     assert (early.action, early.countdown) == ("drop", 0.0) and _status(store, "t2") == b'"queued"'
     first = _run("t1")
-    assert first.action == "done" and first.hand_off == HandOff(("c1", "t2"), "task-t2")
+    assert first.action == "done" and first.hand_off == HandOff(("c1", "t2"), "task-t2", user="")
     second = _run("t2")
     assert second.action == "done" and second.reason == "completed" and second.hand_off is None
     assert _run("t2").reason == "already finished"
@@ -77,7 +78,7 @@ def test_a_failed_or_stopped_head_hands_off_too(store):
     _enqueue(store, "t2")
     store.set(keys.stop(OWNER), "t1")
     outcome = _run("t1")
-    assert outcome.reason == "stopped" and outcome.hand_off == HandOff(("c1", "t2"), "task-t2")
+    assert outcome.reason == "stopped" and outcome.hand_off == HandOff(("c1", "t2"), "task-t2", user="")
 
 
 def test_a_settle_whose_hand_off_was_lost_is_recovered_by_the_lost_message_sweep(store):

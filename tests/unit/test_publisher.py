@@ -37,8 +37,9 @@ class FakeCelery:
     def producer_or_acquire(self):
         yield self.producer
 
-    def send_task(self, name, args, task_id, queue, producer=None):
+    def send_task(self, name, args, task_id, queue, producer=None, headers=None):
         self.sent.append((name, args, task_id, producer))
+        self.headers = headers
 
 
 def _publisher(flush_fails: bool) -> tuple[Publisher, FakeCelery]:

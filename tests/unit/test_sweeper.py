@@ -17,8 +17,9 @@ class FakeApp:
     def __init__(self) -> None:
         self.sent: list[tuple[str, list, str | None]] = []
 
-    def send_task(self, name, args, task_id=None, queue=None):
+    def send_task(self, name, args, task_id=None, queue=None, headers=None):
         self.sent.append((name, args, task_id))
+        self.headers = headers
 
 
 @pytest.fixture

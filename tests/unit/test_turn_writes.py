@@ -149,6 +149,44 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
         assert budgets.read_budget(store, "all")["reserved_tokens"] == 0  # settled: nothing left held
 
 
+@pytest.mark.parametrize("budget", [None, "all", "user:ann"])
+def test_a_message_that_says_whose_turn_it_is_has_its_first_preflight_asked_with_the_take(store, budget, monkeypatch):
+    """When the message says whose turn it is, the take's round trip also asks the gate to admit the first attempt
+    and reads whether any of the turn's budgets exists: with none, a turn without tools is two round trips of the
+    execution's own (take, settle), not three. Where a budget applies, the reservation asks as before (with an
+    admission of its own) and is settled; one that is spent refuses the attempt before anything is sent."""
+    from agent.provider.rate_gate import LimitedProvider
+    from tasks.store import rate_limits
+    from tasks.store.rate_limits import RedisGate
+
+    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
+        store.script_load(script)
+    spent = budget == "user:ann"
+    if budget is not None:
+        budgets.set_budget(store, budget, None, 1 if spent else 1_000_000, "month")
+    gate = RedisGate(store, "anthropic|local|k")
+    provider = ScriptedProvider([reply_text("hi")])
+    gated = LimitedProvider(provider, gate, limits=None, max_wait=5.0)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
+    monkeypatch.setattr(wiring, "gate_ahead", lambda s, c, a: gate)
+    queue_turn(store)
+    store.hset(keys.record(OWNER, "t1"), "user", json.dumps("ann"))
+    trips = count_round_trips(store, monkeypatch)
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1",
+                        user="ann").run()
+    if spent:
+        assert outcome.reason == "failed" and provider.requests == []
+        failure = json.loads(store.hget(keys.record(OWNER, "t1"), "failure"))
+        assert failure["class"] == "budget_exceeded", failure
+        return
+    assert outcome.reason == "completed"
+    asked = "EVALSHA+EVALSHA+EXISTS"  # the take, with the gate's admission and the budgets' existence
+    # With a budget: the reservation and an admission of its own, the reservation's settlement, the settle.
+    assert trips == ([asked, "EVALSHA"] if budget is None else [asked, "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA"])
+    if budget is not None:
+        assert budgets.read_budget(store, budget)["reserved_tokens"] == 0  # settled: nothing left held
+
+
 @pytest.mark.parametrize("cluster_keys", [False, True], ids=["one-redis", "cluster-keys"])
 def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, monkeypatch, cluster_keys):
     """A turn with one tool round behind the rate gate: the read tool's result is not a fenced write of its own but
