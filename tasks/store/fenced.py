@@ -20,6 +20,7 @@ from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
+from tasks.store.json_values import dumps
 from tasks.store.sent_ahead import SentAhead
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
@@ -173,14 +174,14 @@ class Batch:
         return self.keys.index(key) + 2  # KEYS[1] is the lease
 
     def add(self, command: str, key: str, *args: Any) -> Batch:
-        self.ops.append([command, self._key(key), *(a if isinstance(a, str) else json.dumps(a) for a in args)])
+        self.ops.append([command, self._key(key), *(a if isinstance(a, str) else dumps(a) for a in args)])
         return self
 
     def hset(self, key: str, mapping: dict[str, Any], *, raw: bool = False) -> Batch:
         """Record fields are JSON-encoded (`raw=True` stores already-serialized strings as they are)."""
         flat: list[Any] = []
         for field, value in mapping.items():
-            flat += [field, value if raw else json.dumps(value)]
+            flat += [field, value if raw else dumps(value)]
         return self.add("HSET", key, *flat)
 
     def read(self, command: str, key: str, *args: Any) -> Batch:

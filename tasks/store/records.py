@@ -8,14 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agent.messages.media import DocumentBlock, ImageBlock
+from tasks.store.json_values import dumps_unicode
 from tasks.store.replies import text
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "stopped"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "stopped"})
-
-# `json.dumps(v, ensure_ascii=False)` builds a new encoder on every call: made once, the same bytes in half the time
-# (a record's ~30 fields are encoded on the client's path of every turn it enqueues).
-_encode_field = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class Failure(BaseModel):
@@ -92,7 +89,7 @@ class UnitRecord(BaseModel):
     def to_hash(self) -> dict[str, str]:
         # Non-ASCII as UTF-8, not `\\u` escapes: the text's JSON literal is then byte for byte what the message
         # encoder writes for it, so the take script can put it in the user's message (`store/take.py`).
-        return {k: _encode_field(v) for k, v in self.model_dump(mode="json", by_alias=True).items()}
+        return {k: dumps_unicode(v) for k, v in self.model_dump(mode="json", by_alias=True).items()}
 
     @classmethod
     def from_hash(cls, raw: dict[bytes | str, bytes | str]) -> UnitRecord | None:

@@ -37,7 +37,7 @@ class FakeCelery:
     def producer_or_acquire(self):
         yield self.producer
 
-    def send_task(self, name, args, task_id, queue, producer=None, headers=None):
+    def send_task(self, name, args, task_id, queue, producer=None, headers=None, **reprs):
         self.sent.append((name, args, task_id, producer))
         self.headers = headers
 
