@@ -8,6 +8,7 @@ encoder or a constant here; anything else goes to the encoder, made once.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
@@ -16,25 +17,22 @@ _unicode = json.JSONEncoder(ensure_ascii=False).encode
 _CONSTANTS: dict[Any, str] = {None: "null", True: "true", False: "false"}
 
 
-def dumps(value: Any) -> str:
-    """`json.dumps(value)`: non-ASCII as `\\u` escapes."""
+def _encoded(value: Any, string: Callable[[str], str], other: Callable[[Any], str]) -> str:
     kind = type(value)
     if kind is str:
-        return encode_basestring_ascii(value)
+        return string(value)
     if kind is int:
         return int.__repr__(value)
     if value is None or kind is bool:
         return _CONSTANTS[value]
-    return _ascii(value)
+    return other(value)
+
+
+def dumps(value: Any) -> str:
+    """`json.dumps(value)`: non-ASCII as `\\u` escapes."""
+    return _encoded(value, encode_basestring_ascii, _ascii)
 
 
 def dumps_unicode(value: Any) -> str:
     """`json.dumps(value, ensure_ascii=False)`: non-ASCII as UTF-8 (a record's fields: see `UnitRecord.to_hash`)."""
-    kind = type(value)
-    if kind is str:
-        return encode_basestring(value)
-    if kind is int:
-        return int.__repr__(value)
-    if value is None or kind is bool:
-        return _CONSTANTS[value]
-    return _unicode(value)
+    return _encoded(value, encode_basestring, _unicode)
