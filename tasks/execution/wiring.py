@@ -114,9 +114,7 @@ def build_provider(settings: Settings, client: redis.Redis, agent: Resolved | No
     if provider == "scripted":
         return ScriptedProvider(directive_script(RedisCounter(client), scripted_cues(settings.scripted_cues)))
     endpoint = Endpoint(agent.base_url, agent.api_key_env) if agent is not None else Endpoint()
-    # No store (a unit test's provider), or sharing off: each call meets its provider's limits on its own.
-    sharing = settings.rate_sharing == "on" and client is not None
-    gate = _gate(client, endpoint_identity(provider, endpoint)) if sharing else None
+    gate = _shared_gate(settings, client, provider, endpoint)
     on_headers = gate.observe if gate is not None else None
     if provider == "openai":
         from agent.provider.openai_provider import OpenAIProvider  # the SDK import is slow; only workers pay
@@ -150,9 +148,17 @@ _gates: PerProcess[RedisGate] = PerProcess()
 def gate_ahead(settings: Settings, client: redis.Redis | None, agent: Resolved) -> RedisGate | None:
     """The gate `build_provider` puts before `agent`'s provider, when its admission needs nothing of the request (the
     agent has no rate limits of its own): what the take may ask ahead (tasks/store/ahead.py). Else None."""
-    if agent.provider == "scripted" or settings.rate_sharing != "on" or client is None or agent.rate_limits is not None:
+    if agent.provider == "scripted" or agent.rate_limits is not None:
         return None
-    return _gate(client, endpoint_identity(agent.provider, Endpoint(agent.base_url, agent.api_key_env)))
+    return _shared_gate(settings, client, agent.provider, Endpoint(agent.base_url, agent.api_key_env))
+
+
+def _shared_gate(settings: Settings, client: redis.Redis | None, provider: str, endpoint: Endpoint) -> RedisGate | None:
+    """The endpoint's shared rate-limit count; None with no store (a unit test's provider) or sharing off: each call
+    then meets its provider's limits on its own."""
+    if settings.rate_sharing != "on" or client is None:
+        return None
+    return _gate(client, endpoint_identity(provider, endpoint))
 
 
 def _gate(client: redis.Redis, identity: str) -> RedisGate:
