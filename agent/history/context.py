@@ -23,6 +23,7 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,6 +211,16 @@ class Sizes:
 
     def __init__(self) -> None:
         self._known: dict[int, tuple[dict[str, Any], int, int]] = {}
+        self._overhead: tuple[object, tuple[object, ...], int] | None = None
+
+    def overhead(self, tools: object, key: tuple[object, ...], measure: Callable[[], int]) -> int:
+        """The estimate of the tools and system part, measured once while the loop sends the same tool list (the
+        object, held) with the same `key` (its system prompt and caching): every step measured it again, the JSON
+        of every tool's schema (an MCP server's dozens) before each model call."""
+        known = self._overhead
+        if known is None or known[0] is not tools or known[1] != key:
+            known = self._overhead = (tools, key, measure())
+        return known[2]
 
     def of(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
         full: list[int] = []

@@ -38,6 +38,13 @@ class RequestShape:
         return estimate_tokens(self.tools) + estimate_tokens(system_blocks(self.system)) + marks
 
 
+def overhead(shape: RequestShape, sizes: Sizes | None) -> int:
+    """`shape.overhead`, measured once per loop (`sizes`, the loop's) while its tools and system stay the same."""
+    if sizes is None:
+        return shape.overhead
+    return sizes.overhead(shape.tools, (shape.system, shape.prompt_cache), lambda: shape.overhead)
+
+
 def plan_cut(
     shape: RequestShape,
     messages: list[dict[str, Any]],
@@ -53,7 +60,8 @@ def plan_cut(
     """
     budget = shape.context_tokens / max(1.0, scale)
     return choose_cut(
-        shape.overhead, messages, current=current, budget=int(budget), target=int(budget * LOW_WATERMARK), sizes=sizes
+        overhead(shape, sizes), messages, current=current, budget=int(budget), target=int(budget * LOW_WATERMARK),
+        sizes=sizes,
     )
 
 

@@ -19,7 +19,7 @@ from pydantic import Field, TypeAdapter
 from agent.history.binding import prefix_digest
 from agent.history.context import Fit, choose_cut, compaction_for, fit_at
 from agent.history.repair import RequestHistory
-from agent.history.request import RequestShape, build_request, plan_cut, token_scale
+from agent.history.request import RequestShape, build_request, overhead, plan_cut, token_scale
 from agent.loop.attempts import Attempts, Spent
 from agent.loop.cancel import CancelToken
 from agent.loop.edge import Edge, EventDraft, LoopConfig, LoopFailure
@@ -116,7 +116,8 @@ def plan_request(
     compacted = edge.recorded(f"compact:{state.rounds_used}")
     if compacted is not None:  # an earlier execution compacted this step: send what it sent
         fit = fit_at(
-            shape.overhead, messages, max(state.elided_before, int(compacted["elided_before"])), sizes=view.sizes
+            overhead(shape, view.sizes), messages, max(state.elided_before, int(compacted["elided_before"])),
+            sizes=view.sizes,
         )
     else:
         fit = plan_cut(shape, messages, current=state.elided_before, scale=state.token_scale, sizes=view.sizes)

@@ -135,6 +135,26 @@ def test_sizes_measure_a_new_dict_even_where_an_old_one_was():
     assert sizes.of(second)[0] == [estimate_tokens(second[0])]
 
 
+def test_a_loops_requests_measure_its_tools_and_system_once_while_they_stay_the_same(monkeypatch):
+    import agent.history.request as request
+
+    measured = []
+    real = request.estimate_tokens
+    monkeypatch.setattr(request, "estimate_tokens", lambda value: measured.append(value) or real(value))
+    tools = [{"name": "peek", "description": "look a key up", "input_schema": {"type": "object"}}]
+    shape = request.RequestShape("claude-x", tools, "be brief", False, 200_000)
+    messages = run_messages(4)
+    sizes = Sizes()
+    fits = [request.plan_cut(shape, messages, current=0, sizes=sizes) for _ in range(3)]
+    assert measured == [tools, "be brief"]  # the first step's two estimates, none after
+    assert fits[0] == request.plan_cut(shape, messages, current=0)  # the same cut as measuring again
+    longer = request.RequestShape("claude-x", tools, "be brief, and say why", False, 200_000)
+    assert request.plan_cut(longer, messages, current=0, sizes=sizes).tokens > fits[0].tokens  # another system
+    more = [*tools, {"name": "write", "description": "write a file", "input_schema": {"type": "object"}}]
+    assert request.plan_cut(request.RequestShape("claude-x", more, "be brief", False, 200_000), messages, current=0,
+                            sizes=sizes).tokens > fits[0].tokens  # another tool list
+
+
 def test_compaction_scales_by_the_providers_count():
     """"N tokens > M maximum": our estimate is scaled by N / (our estimate of that request) and aimed at half of
     min(budget, M); without figures, the refused request's own estimate is the ceiling."""
