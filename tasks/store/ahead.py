@@ -27,6 +27,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from tasks.store.direct import Call, on_masters
 from tasks.store.preflight import PREFLIGHT, Asked
 
 ScriptCall = tuple[Script, list[str], list[Any]]
@@ -48,14 +49,19 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask) -> Any:
     """Run the take's script with `ask`'s reads in one round trip; the take's reply (an error of it raised). What the
     reads answered is left on this thread for the first model call; a read that failed is asked again by it."""
     script, keys, args = take
-    pipe = client.pipeline(transaction=False)
-    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    calls = [Call.script(client, script, keys, args)]
     if ask.admission is not None:
         _, admit, admit_keys, admit_args = ask.admission
-        pipe.execute_command("EVALSHA", admit.sha, len(admit_keys), *admit_keys, *admit_args)
-    pipe.execute_command("EXISTS", *ask.budget_keys)
+        calls.append(Call.script(client, admit, admit_keys, admit_args))
+    budget_keys = ask.budget_keys
+    calls.append(Call(("EXISTS", *budget_keys), budget_keys[0], lambda: client.exists(*budget_keys)))
     at = time.monotonic()
-    replies = pipe.execute(raise_on_error=False)
+    replies = on_masters(client, calls)  # on a cluster, straight to the masters (tasks/store/direct.py)
+    if replies is None:
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*call.command)
+        replies = pipe.execute(raise_on_error=False)
     taken = replies[0]
     if isinstance(taken, NoScriptError):  # a server that lost its scripts: the take never ran, so it runs now
         taken = script(keys=keys, args=args)

@@ -23,6 +23,7 @@ import redis
 
 from tasks.store import keys
 from tasks.store.deletion import user_parts
+from tasks.store.direct import call_script
 from tasks.store.fenced import RUN_OPS, Batch
 from tasks.store.records import TERMINAL
 from tasks.store.replies import text
@@ -234,4 +235,4 @@ class Enqueue:
         call = enqueue_call(
             owner_id, turn_id, record, event, now, if_failed=if_failed, on_busy=on_busy, message=message
         )
-        return enqueued(self._script(keys=call.keys, args=call.args, client=client))
+        return enqueued(call_script(client, self._script, call.keys, call.args))

@@ -20,8 +20,8 @@ from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
+from tasks.store.direct import Call, SentAhead, call_script, on_masters, raised
 from tasks.store.json_values import dumps
-from tasks.store.sent_ahead import SentAhead
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
 # arguments, arguments (flat, not one JSON document: decoding one cost the server ~10 µs a KB, and a batch's
@@ -129,7 +129,11 @@ def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[A
     """Run several scripts, each on its own keys (slots), in one round trip; their replies in order (an error reply
     raised). Not `run_script` on a pipeline: redis-py's pipeline asks SCRIPT EXISTS before every execute, a round
     trip of its own. EVALSHA goes as a plain command, and a script the server lacks (NOSCRIPT: a restarted server)
-    is then run on its own, which loads it; it never ran, so running it now runs it once."""
+    is then run on its own, which loads it; it never ran, so running it now runs it once. On a cluster they go
+    straight to their slots' masters (tasks/store/direct.py)."""
+    direct = on_masters(client, [Call.script(client, *call) for call in calls])
+    if direct is not None:
+        return [raised(reply) for reply in direct]
     if len(calls) == 1:
         script, keys, args = calls[0]
         return [script(keys=keys, args=args)]
@@ -336,7 +340,7 @@ class Fence:
             keys, args = self._call(batch, unless_failed_over)
             acked = replicas
             if not replicas:
-                reply = self._script(keys=keys, args=args)
+                reply = call_script(self._client, self._script, keys, args)
             else:
                 pipe = (via or self._client).pipeline(transaction=False)  # one connection: WAIT counts its writes
                 run_script(self._script, keys, args, pipe)
@@ -353,7 +357,7 @@ class Fence:
         return list(reply[1:])
 
     def send_ahead(self, batch: Batch) -> None:
-        """Write `batch` as `commit` does, its reply read later (tasks/store/sent_ahead.py): by the next write of
+        """Write `batch` as `commit` does, its reply read later (tasks/store/direct.py): by the next write of
         this fence, whatever it is, which raises `LeaseLost` if this one found the lease lost. For a write whose
         next step may run before it is confirmed (a round of read tools). Where nothing can be sent ahead, a commit."""
         with self._lock:

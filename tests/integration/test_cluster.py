@@ -20,8 +20,8 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from agent.messages import DEPLOY_NOTICE
 from tasks.store import keys
+from tasks.store.direct import SentAhead
 from tasks.store.fenced import Batch, Fence
-from tasks.store.sent_ahead import SentAhead
 from tests.conftest import Stack
 from tests.support import counting_tools
 from tests.support.fake_anthropic import FakeMessagesServer, Fault, Reply, Script, failing, text, tool_call
@@ -471,4 +471,49 @@ def test_a_write_sent_ahead_to_a_slot_that_moved_is_run_once_on_its_new_master(c
     fence.send_ahead(Batch().add("RPUSH", steps, "answer"))
     assert fence.commit(Batch().read("LRANGE", steps, "0", "-1")) == [[b"answer"]]
     assert redis.Redis(port=target.port).lrange(steps, 0, -1) == [b"answer"]
+    store.close()
+
+
+def _fences_on_every_master(cluster: PrivateCluster, store: redis.Redis, prefix: str) -> list[tuple[Fence, str]]:
+    """A fence (and its list of steps) on each master's slots, in the masters' order."""
+    found: dict[int, tuple[Fence, str]] = {}
+    n = 0
+    while len(found) < len(cluster.masters()):
+        tag = f"{prefix}-{n}"
+        n += 1
+        port = cluster.master_for_slot(key_slot(f"{{{tag}}}:steps")).port
+        if port not in found:
+            found[port] = _fence_on(store, tag)
+    return [found[m.port] for m in cluster.masters()]
+
+
+def test_one_trip_over_every_master_goes_straight_to_each_slots_master_and_runs_each_call_once(cluster, monkeypatch):
+    """Three fences' writes, one on each master, in one round trip (the take's and the preflight's shape): each call
+    is routed once, by its first key, not by the cluster's client key by key (a fenced write names ten keys and
+    more), and each runs once on its slot's master. One master lost its scripts (NOSCRIPT) and one slot moved to
+    another master (MOVED): those two are run again through the cluster's client, once each, on the right master."""
+    from tasks.store.fenced import scripts_in_one_trip
+
+    store = _store(cluster)
+    fenced = _fences_on_every_master(cluster, store, "trip")
+    calls = [(fence._script, *fence._call(Batch().add("RPUSH", steps, "a").read("LLEN", steps)))
+             for fence, steps in fenced]
+    routed: list[bytes] = []
+    slot_of = redis.cluster.key_slot
+
+    def counted(key: bytes) -> int:  # every slot redis-py's cluster client works out, its pipelines' too
+        routed.append(key)
+        return slot_of(key)
+
+    monkeypatch.setattr(redis.cluster, "key_slot", counted)
+    assert scripts_in_one_trip(store, calls) == [[1, 1]] * 3
+    assert len(routed) == 3, f"keys routed for three calls: {len(routed)}"
+
+    masters = cluster.masters()
+    redis.Redis(port=masters[0].port).script_flush()
+    moved = key_slot(fenced[1][1])
+    cluster.move_slot(moved, masters[2])
+    assert scripts_in_one_trip(store, calls) == [[1, 2]] * 3
+    for (fence, steps), master in zip(fenced, [masters[0], masters[2], masters[2]], strict=True):
+        assert redis.Redis(port=master.port).lrange(steps, 0, -1) == [b"a", b"a"], steps
     store.close()

@@ -7,9 +7,9 @@ import pytest
 import redis
 
 from agent.errors import LeaseLost, LeaseLostUnsent
+from tasks.store.direct import SentAhead
 from tasks.store.fenced import Batch, Fence
 from tasks.store.journal import Riding
-from tasks.store.sent_ahead import SentAhead
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ def count_round_trips(store, monkeypatch, before=lambda sending: None) -> list[s
     runs just before it goes). Other threads' are not counted (the live text writer's, the poller's)."""
     import threading
 
-    from tasks.store.sent_ahead import SentAhead
+    from tasks.store.direct import SentAhead
 
     me = threading.get_ident()
     trips: list[str] = []
@@ -256,8 +256,8 @@ def test_an_answer_whose_round_starts_with_a_read_tool_is_sent_ahead_of_it(store
     from agent.messages import ToolUseBlock
     from agent.provider.scripted import ScriptedReply
     from agent.tools import by_name, tool
+    from tasks.store.direct import SentAhead
     from tasks.store.fenced import Fence
-    from tasks.store.sent_ahead import SentAhead
 
     order: list[str] = []
 

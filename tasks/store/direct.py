@@ -1,0 +1,216 @@
+"""Calls sent now and their replies read later, on connections held in between: a write sent ahead
+(`Fence.send_ahead`), and on a Redis Cluster the calls of one round trip sent straight to their slots' masters.
+
+For a write whose reply the caller does not need before its next step, only before its next write: the answer of
+a model step that called read tools only is sent, the tools run while the store applies it, and its reply is read
+before anything else of the unit is written or sent. The write goes out before the tools start, as a write that
+waited for its reply did; a read tool that then finds the lease was lost has run for nothing, which a read tool
+allows (the same as a replay running it again).
+
+On a Redis Cluster each call goes on a connection of the master that holds its slot (its keys share one), as the
+cluster's client would pick, and the calls of one master go on one connection, pipelined. The cluster's client
+routes every call again (the slot of each of its keys, the command's policy, the node), which cost ~45 µs a
+script call and ~100 µs more a round trip over three masters than this (bench/RESULTS.md, stop 55).
+
+Where the client has no connection to hold (a single-connection client) nothing is sent (`send` and `hold` return
+None) and the caller goes the client's way. A reply that says the call did not run there is answered by running it
+again through the client, which knows what to do: NOSCRIPT (the server restarted), or, on a cluster, a slot that
+moved or is moving (MOVED, ASK, TRYAGAIN), a cluster down, or a master turned replica (READONLY). So is a reply
+that cannot be read (the connection broke), with the client's retries: what redis-py does for a command whose
+connection broke, and a call that was never run runs once. A call whose connection broke as it was sent is run
+through the client at once, so it is written before the caller goes on, as when it was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+# Replies that say the call did not run on the server that sent them (MovedError is an AskError).
+NOT_RUN_HERE = (NoScriptError, AskError, TryAgainError, ClusterDownError, ReadOnlyError)
+
+_AGAIN = object()  # a call's reply that says to run it again through the client
+
+
+@dataclass(frozen=True)
+class Call:
+    """A command as sent (its first key routes it: `key`), and the same call through the client, for a reply that
+    says it did not run where it was sent."""
+
+    command: tuple[Any, ...]
+    key: str
+    again: Callable[[], Any]
+
+    @classmethod
+    def script(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> Call:
+        """`script` on `keys` with `args`, as EVALSHA (again: through `client`, which loads a script the server
+        lacks)."""
+        return cls(
+            ("EVALSHA", script.sha, len(keys), *keys, *args), keys[0],
+            lambda: script(keys=keys, args=args, client=client),
+        )
+
+
+class _Leg:
+    """The calls sent on one connection, in order, and the pool it goes back to."""
+
+    def __init__(self, pool: Any, conn: Any, at: list[int]) -> None:
+        self.pool, self.conn, self.at = pool, conn, at
+
+
+class InFlight:
+    """Calls sent, each on a connection held from its server's pool until `replies` (or `drop`)."""
+
+    def __init__(self, calls: list[Call], legs: list[_Leg], done: dict[int, Any]) -> None:
+        self._calls, self._legs, self._done = calls, legs, done
+
+    @classmethod
+    def send(cls, client: Any, calls: list[Call]) -> InFlight | None:
+        """Send `calls`, those of one server on one connection, pipelined (None: nothing sent, `client` holds a single
+        connection or, on a cluster, has no slot map to go by). `client` is Any: a cluster's comes typed as
+        `redis.Redis` (tasks/store/connect.py)."""
+        pools: dict[int, tuple[Any, list[int]]] = {}
+        for i, call in enumerate(calls):
+            pool = _pool(client, call.key)
+            if pool is None:
+                return None
+            pools.setdefault(id(pool), (pool, []))[1].append(i)
+        legs: list[_Leg] = []
+        done: dict[int, Any] = {}
+        try:
+            for pool, at in pools.values():
+                conn = None
+                try:
+                    conn = pool.get_connection()  # connects a new one: a master that is gone fails here
+                    conn.send_packed_command(conn.pack_commands([calls[i].command for i in at]))
+                except (redis.ConnectionError, redis.TimeoutError):
+                    if conn is not None:
+                        conn.disconnect()
+                        pool.release(conn)
+                    for i in at:  # not known to be sent: through the client now, with its retries
+                        done[i] = _again(calls[i])
+                    continue
+                except BaseException:
+                    if conn is not None:
+                        conn.disconnect()  # whatever went out is unread: it must not serve another command
+                        pool.release(conn)
+                    raise
+                legs.append(_Leg(pool, conn, at))
+        except BaseException:
+            cls(calls, legs, done).drop()
+            raise
+        return cls(calls, legs, done)
+
+    def replies(self) -> list[Any]:
+        """Every call's reply, in the order sent; an error reply is returned as its exception, not raised. The
+        connections go back to their pools."""
+        out = dict(self._done)
+        legs, self._legs = self._legs, []
+        try:
+            while legs:
+                leg = legs[0]
+                for n, i in enumerate(leg.at):
+                    try:
+                        out[i] = leg.conn.read_response()
+                    except NOT_RUN_HERE:
+                        out[i] = _AGAIN  # read whole: run again below, once the connection is back
+                    except (redis.ConnectionError, redis.TimeoutError):
+                        leg.conn.disconnect()
+                        out.update((j, _AGAIN) for j in leg.at[n:])  # unknown whether they ran: as redis-py retries
+                        break
+                    except redis.ResponseError as err:
+                        out[i] = err  # an error reply was read whole: the connection is clean
+                leg.pool.release(leg.conn)
+                legs.pop(0)
+        except BaseException:
+            InFlight(self._calls, legs, {}).drop()
+            raise
+        for i, call in enumerate(self._calls):
+            if out[i] is _AGAIN:
+                out[i] = _again(call)
+        return [out[i] for i in range(len(self._calls))]
+
+    def drop(self) -> None:
+        """Give the connections back without reading the replies (the execution ends): closed, so no later command
+        reads these replies as its own."""
+        legs, self._legs = self._legs, []
+        for leg in legs:
+            leg.conn.disconnect()
+            leg.pool.release(leg.conn)
+
+
+class SentAhead:
+    """One script call in flight (see the module)."""
+
+    def __init__(self, sent: InFlight) -> None:
+        self._sent = sent
+
+    @classmethod
+    def hold(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> SentAhead | None:
+        """Send `script` with `keys` and `args` on a connection held from `client`'s pool, or on a cluster from the
+        pool of the master that holds the slot of `keys` (None: nothing sent, there is no pool of connections to
+        hold one from)."""
+        sent = InFlight.send(client, [Call.script(client, script, keys, args)])
+        return None if sent is None else cls(sent)
+
+    def reply(self) -> Any:
+        """The call's reply; the connection goes back to the pool (an error reply is raised)."""
+        return raised(self._sent.replies()[0])
+
+    def drop(self) -> None:
+        self._sent.drop()
+
+
+def call_script(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
+    """`script(keys=keys, args=args, client=client)`, on a cluster sent straight to the master of its slot."""
+    direct = on_masters(client, [Call.script(client, script, keys, args)])
+    return script(keys=keys, args=args, client=client) if direct is None else raised(direct[0])
+
+
+def raised(reply: Any) -> Any:
+    """A reply of `on_masters`, an error reply raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def on_masters(client: Any, calls: list[Call]) -> list[Any] | None:
+    """On a cluster, `calls` sent straight to their slots' masters in one round trip, and their replies (an error
+    reply as its exception); None on one Redis, or where nothing could be sent: the caller goes the client's way."""
+    if not isinstance(client, RedisCluster):
+        return None
+    sent = InFlight.send(client, calls)
+    return None if sent is None else sent.replies()
+
+
+def _again(call: Call) -> Any:
+    """The call through the client; its error reply as a value, as `InFlight.replies` returns one."""
+    try:
+        return call.again()
+    except redis.RedisError as err:
+        return err
+
+
+def _pool(client: Any, key: str) -> Any:
+    """The pool a call on `key` takes its connection from; None for a client that holds one connection only."""
+    if isinstance(client, RedisCluster):
+        try:
+            client = client.get_redis_connection(client.get_node_from_key(key))
+        except (redis.RedisError, RedisClusterException):  # no slot map to go by (a slot not covered): the client's way
+            return None
+    if getattr(client, "connection", None) is not None:
+        return None
+    return getattr(client, "connection_pool", None)
