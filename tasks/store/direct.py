@@ -60,7 +60,7 @@ class Call:
         lacks)."""
         return cls(
             ("EVALSHA", script.sha, len(keys), *keys, *args), keys[0],
-            lambda: script(keys=keys, args=args, client=client),
+            lambda: Script.__call__(script, keys=keys, args=args, client=client),  # the client's way, not routed
         )
 
 
@@ -152,6 +152,16 @@ class InFlight:
             leg.pool.release(leg.conn)
 
 
+class RoutedScript(Script):
+    """A script registered with a cluster's client whose calls go straight to the master of their keys' slot (a call
+    on a pipeline, or with no keys, goes the client's way)."""
+
+    def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        target = self.registered_client if client is None else client
+        direct = on_masters(target, [Call.script(target, self, list(keys), list(args))]) if keys else None
+        return super().__call__(keys=keys, args=args, client=client) if direct is None else raised(direct[0])
+
+
 class SentAhead:
     """One script call in flight (see the module)."""
 
@@ -172,12 +182,6 @@ class SentAhead:
 
     def drop(self) -> None:
         self._sent.drop()
-
-
-def call_script(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
-    """`script(keys=keys, args=args, client=client)`, on a cluster sent straight to the master of its slot."""
-    direct = on_masters(client, [Call.script(client, script, keys, args)])
-    return script(keys=keys, args=args, client=client) if direct is None else raised(direct[0])
 
 
 def raised(reply: Any) -> Any:

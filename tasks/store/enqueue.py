@@ -23,8 +23,7 @@ import redis
 
 from tasks.store import keys
 from tasks.store.deletion import user_parts
-from tasks.store.direct import call_script
-from tasks.store.fenced import RUN_OPS, Batch
+from tasks.store.fenced import RUN_OPS, Batch, registered
 from tasks.store.records import TERMINAL
 from tasks.store.replies import text
 
@@ -214,7 +213,7 @@ class Enqueue:
     """The enqueue script, registered once per (sync) client (EVALSHA after the first call)."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self._script = client.register_script(_ENQUEUE)
+        self._script = registered(client, _ENQUEUE)
 
     def __call__(
         self,
@@ -235,4 +234,4 @@ class Enqueue:
         call = enqueue_call(
             owner_id, turn_id, record, event, now, if_failed=if_failed, on_busy=on_busy, message=message
         )
-        return enqueued(call_script(client, self._script, call.keys, call.args))
+        return enqueued(self._script(keys=call.keys, args=call.args, client=client))

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
-from redis.cluster import ClusterPipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
-from tasks.store.direct import Call, SentAhead, call_script, on_masters, raised
+from tasks.store.direct import Call, RoutedScript, SentAhead, on_masters, raised
 from tasks.store.json_values import dumps
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
@@ -111,8 +111,12 @@ def registered(client: redis.Redis, source: str) -> Script:
     if scripts is None:
         scripts = _registered.setdefault(client, {})
     script = scripts.get(source)
+    store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
     if script is None:
-        script = scripts.setdefault(source, client.register_script(source))
+        # On a cluster each call goes straight to its slot's master: the cluster's client would work out every key's
+        # slot and the command's node again, call by call (tasks/store/direct.py).
+        made = RoutedScript(client, source) if isinstance(store, RedisCluster) else client.register_script(source)
+        script = scripts.setdefault(source, made)
     return script
 
 
@@ -340,7 +344,7 @@ class Fence:
             keys, args = self._call(batch, unless_failed_over)
             acked = replicas
             if not replicas:
-                reply = call_script(self._client, self._script, keys, args)
+                reply = self._script(keys=keys, args=args)
             else:
                 pipe = (via or self._client).pipeline(transaction=False)  # one connection: WAIT counts its writes
                 run_script(self._script, keys, args, pipe)

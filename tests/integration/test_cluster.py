@@ -514,6 +514,6 @@ def test_one_trip_over_every_master_goes_straight_to_each_slots_master_and_runs_
     moved = key_slot(fenced[1][1])
     cluster.move_slot(moved, masters[2])
     assert scripts_in_one_trip(store, calls) == [[1, 2]] * 3
-    for (fence, steps), master in zip(fenced, [masters[0], masters[2], masters[2]], strict=True):
+    for (_, steps), master in zip(fenced, [masters[0], masters[2], masters[2]], strict=True):
         assert redis.Redis(port=master.port).lrange(steps, 0, -1) == [b"a", b"a"], steps
     store.close()
