@@ -34,6 +34,7 @@ class Said:
     exhausted_limit: str | None = None  # which limit that is (`requests`, `input-tokens`, ...), for the logs
     requests_left: int | None = None  # the requests the provider says are left until `requests_reset` (seconds)
     requests_reset: float | None = None
+    requests_limit: int | None = None  # the requests a whole window holds (None: not said)
 
     @property
     def wait(self) -> float:
@@ -49,7 +50,9 @@ def read_headers(headers: Mapping[str, str], *, now: float) -> Said:
         if exhausted is None or reset > exhausted:
             exhausted, which = reset, name
     left, left_reset = _requests_left(headers, now)
-    return Said(retry_after(headers, now=now), exhausted, which, left, left_reset)
+    limit = _remaining(headers.get("anthropic-ratelimit-requests-limit", headers.get("x-ratelimit-limit-requests")))
+    return Said(retry_after(headers, now=now), exhausted, which, left, left_reset,
+                int(limit) if limit is not None and left is not None else None)
 
 
 def _requests_left(headers: Mapping[str, str], now: float) -> tuple[int | None, float | None]:

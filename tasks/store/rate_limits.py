@@ -5,8 +5,10 @@ Two keys per endpoint, under one hash tag (one slot on a cluster, so each script
 - `state` (hash): `block`, the server's time in ms before which nobody sends (a 429's `retry-after`, or a limit the
   provider said is at 0, until its reset); `left` and `left_until`, the requests the provider last said are left
   and when they reset, counted down by each request admitted (so requests in flight, whose answers have not said
-  so yet, count too); the counts `r`, `i`, `o` (requests, input and output tokens) of the
-  requests admitted in the last 60 s; and `w:ID`, each such request's "input output" weights;
+  so yet, count too); `sent`, the requests admitted while no count runs (before the first answer, or since the count's
+  window ended), which the first answer of a new window may not count yet; the counts `r`, `i`, `o`
+  (requests, input and output tokens) of the requests admitted in the last 60 s; and `w:ID`, each such request's
+  "input output" weights;
 - `log` (sorted set): the ids of those requests, scored by when they were admitted.
 
 `ADMIT` is the whole decision in one script: the block, then, under the agent's `RateLimits`, a sliding window of
@@ -47,19 +49,26 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # KEYS: state, log. ARGV: rpm, ipm, opm (0: none), input weight, output weight, id, window ms.
 # Returns {1} when admitted, else {0, ms to wait, the limit that says so}.
 # With no limits of the agent's and nothing said by the endpoint (the common case) it admits without asking the
-# clock: two commands an attempt, not three.
+# clock: three commands an attempt (the read, and `sent` counted).
 _ADMIT = """
 local state, log = KEYS[1], KEYS[2]
 local said = redis.call('HMGET', state, 'block', 'left', 'left_until')
 local limits = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}
-if not said[1] and not said[2] and limits[1] + limits[2] + limits[3] == 0 then return {1} end
+if not said[1] and not said[2] and limits[1] + limits[2] + limits[3] == 0 then
+  -- nothing said yet: what goes is counted for the first answer to weigh (OBSERVE), for a window at most
+  if redis.call('HINCRBY', state, 'sent', 1) == 1 then redis.call('PEXPIRE', state, ARGV[7]) end
+  return {1}
+end
 """ + _NOW + """
 local block = tonumber(said[1] or '0')
 if block > now then return {0, block - now, 'provider_limit'} end
 local counting = said[2] and tonumber(said[3]) > now
 if counting and tonumber(said[2]) <= 0 then return {0, tonumber(said[3]) - now, 'provider_limit'} end
+local function counted()
+  if counting then redis.call('HINCRBY', state, 'left', -1) else redis.call('HINCRBY', state, 'sent', 1) end
+end
 if limits[1] + limits[2] + limits[3] == 0 then
-  if counting then redis.call('HINCRBY', state, 'left', -1) end
+  counted()
   return {1}
 end
 local window = tonumber(ARGV[7])
@@ -98,7 +107,7 @@ for d = 1, 3 do
 end
 if wait > 0 then return {0, wait, why} end
 local id, i, o = ARGV[6], tonumber(ARGV[4]), tonumber(ARGV[5])
-if counting then redis.call('HINCRBY', state, 'left', -1) end
+counted()
 redis.call('ZADD', log, now, id)
 redis.call('HSET', state, 'w:' .. id, i .. ' ' .. o)
 redis.call('HINCRBY', state, 'r', 1)
@@ -122,23 +131,29 @@ return tonumber(o) - used
 """
 
 # KEYS: state. ARGV: ms from now before which nobody sends (0: none; a later block already there is kept), the
-# requests left (-1: not said) and ms to their reset. The fleet's own count of what is left goes on while the
-# provider's answers speak of the same window (its reset within a second of the one counted: a bucket's reset creeps
-# on with each request); a reset later than that is a new window, whose count replaces it.
+# requests left (-1: not said), ms to their reset, and the requests a window holds (-1: not said). The fleet's own
+# count of what is left goes on while the provider's answers speak of the same window (its reset within a second of
+# the one counted: a bucket's reset creeps on with each request); a reset later than that is a new window, whose
+# count replaces it. The first answer of a new window counts the requests that reached the provider before it, not
+# those sent with it and still on their way (a fleet's waiting workers all go when a window ends): of a limit said,
+# what is left is at most the limit less every request admitted since the last window ended (`sent`).
 _OBSERVE = _NOW + """
-local wait, left, reset = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local wait, left, reset, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local ttl = wait
 if wait > 0 and now + wait > tonumber(redis.call('HGET', KEYS[1], 'block') or '0') then
   redis.call('HSET', KEYS[1], 'block', now + wait)
 end
-if left >= 0 then
-  local counted = redis.call('HMGET', KEYS[1], 'left', 'left_until')
+if left >= 0 and reset > 0 then  -- a window already over (a late answer of it) says nothing of the next one
+  local counted = redis.call('HMGET', KEYS[1], 'left', 'left_until', 'sent')
   local until_ = now + reset
   if counted[1] and tonumber(counted[2]) > now and until_ < tonumber(counted[2]) + 1000 then
     left = math.min(left, tonumber(counted[1]))
     until_ = math.max(until_, tonumber(counted[2]))
+  elseif limit >= 0 and counted[3] then
+    left = math.min(left, limit - tonumber(counted[3]))
   end
   redis.call('HSET', KEYS[1], 'left', left, 'left_until', until_)
+  redis.call('HDEL', KEYS[1], 'sent')
   ttl = math.max(ttl, until_ - now)
 end
 if redis.call('PTTL', KEYS[1]) < ttl + 1000 then redis.call('PEXPIRE', KEYS[1], ttl + 1000) end
@@ -203,8 +218,9 @@ class RedisGate:
             return
         left = said.requests_left if said.requests_left is not None else -1
         reset_ms = round((said.requests_reset or 0.0) * 1000)
+        limit = said.requests_limit if said.requests_limit is not None else -1
         try:
-            self._observe(keys=[self._keys(model)[0]], args=[round(said.wait * 1000), left, reset_ms])
+            self._observe(keys=[self._keys(model)[0]], args=[round(said.wait * 1000), left, reset_ms, limit])
         except redis.RedisError:  # telling the fleet is worth a try, never worth failing the answer
             log.warning("could not share what a provider said of its rate limits", exc_info=True)
             return

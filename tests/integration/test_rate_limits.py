@@ -56,8 +56,10 @@ def _send_all(stack: Stack, prefix: str, turns: int, agent: str | None = None, t
 @pytest.mark.timeout(180)
 def test_a_limited_provider_refuses_the_fleet_a_handful_of_times(fleet: Stack) -> None:
     """A fake that takes 10 requests per 3 s window (429 with retry-after past them, its rate-limit headers on every
-    answer): 40 turns on 4 workers all complete, and the fake refuses at most a handful of requests. Each worker
-    finding out on its own (no shared state), the fleet meets a 429 at nearly every window, several of them."""
+    answer): 40 turns on 4 workers all complete, and the fake refuses at most two requests (none in the runs of stop
+    55; three in every run before it, all in the first window: its first answer said 9 were left while seven more
+    sent with it were on their way). Each worker finding out on its own (no shared state), the fleet meets a 429 at
+    nearly every window, several of them."""
     fake = _fake(fleet)
     fake.set_handler(lambda body, index: text("within the limit"))
     fake.limiter = FixedWindow(10, 3.0)
@@ -68,7 +70,7 @@ def test_a_limited_provider_refuses_the_fleet_a_handful_of_times(fleet: Stack) -
         fake.limiter = None
     failed = [(r.status, r.failure) for r in results if r.status != "completed"]
     assert failed == [], f"{len(failed)} of 40 turns did not complete, e.g. {failed[:3]}"
-    assert len(fake.rate_refused) <= 5, f"the fake refused {len(fake.rate_refused)} requests"
+    assert len(fake.rate_refused) <= 2, f"the fake refused {len(fake.rate_refused)} requests"
 
 
 @pytest.mark.timeout(180)

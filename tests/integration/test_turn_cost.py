@@ -29,8 +29,11 @@ TURNS = 12
 # traffic a slow turn meets (the poller's look every 0.5 s while a unit runs, the sweeper's pass every 2 s): one
 # command more in every turn is more than that. The task events' PUBLISH is left out: Celery's buffer is flushed by
 # a 0.1 s timer (tasks/runtime/task_events.py), so their count follows the machine's speed, not the turn's work.
+# Since stop 55 the rate gate counts each attempt it admits while the endpoint has said nothing of its limits (an
+# HINCRBY an attempt: the first answer of a window then knows what else is on its way, tasks/store/rate_limits.py):
+# 53.0 run by scripts.
 SENT_CEILING = 20.75
-SCRIPTED_CEILING = 51.75
+SCRIPTED_CEILING = 53.75
 TIMED = {"PUBLISH"}
 
 

@@ -3,6 +3,8 @@ sending, the agents that must agree, and the fakes' own limit."""
 
 from __future__ import annotations
 
+import math
+import time
 from datetime import UTC, datetime
 from email.utils import format_datetime
 
@@ -275,6 +277,37 @@ def test_the_requests_left_are_counted_down_by_the_fleet(gate: RedisGate) -> Non
     assert (refused.admitted, refused.reason) == (False, "provider_limit") and 9 < refused.wait <= 10
     gate.observe("m", {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "1m0s"})
     assert gate.admit("m", None, "r5", 0, 0).admitted
+
+
+def test_a_new_windows_first_answer_counts_the_requests_sent_with_it(gate: RedisGate) -> None:
+    """A window of 10 ends and eight waiting requests go at once, uncounted: the first answer of the next window says 9
+    are left (it was the first to arrive), but seven more are on their way, so 2 are left, not 9. An answer of the
+    window that ended, arriving late, says nothing of the next one."""
+    said = {"anthropic-ratelimit-requests-limit": "10", "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": "2000-01-01T00:00:00Z"}  # long over
+    gate.observe("m", {**said, "anthropic-ratelimit-requests-remaining": "3",
+                       "anthropic-ratelimit-requests-reset": _in(30)})
+    state = gate._keys("m")[0]
+    gate._client.hset(state, "left_until", 0)  # that window is over
+    assert all(gate.admit("m", None, f"r{i}", 0, 0).admitted for i in range(8))
+    gate.observe("m", said)  # a late answer of the window that ended
+    gate.observe("m", {**said, "anthropic-ratelimit-requests-remaining": "9",
+                       "anthropic-ratelimit-requests-reset": _in(30)})
+    assert [gate.admit("m", None, f"s{i}", 0, 0).admitted for i in range(3)] == [True, True, False]
+
+
+def test_the_first_answer_a_fleet_gets_counts_the_requests_sent_with_it(gate: RedisGate) -> None:
+    """Nothing said yet (a fleet starting): eight requests go at once; the first answer says 9 of 10 are left, and 2
+    are."""
+    assert all(gate.admit("m", None, f"r{i}", 0, 0).admitted for i in range(8))
+    gate.observe("m", {"anthropic-ratelimit-requests-limit": "10", "anthropic-ratelimit-requests-remaining": "9",
+                       "anthropic-ratelimit-requests-reset": _in(30)})
+    assert [gate.admit("m", None, f"s{i}", 0, 0).admitted for i in range(3)] == [True, True, False]
+
+
+def _in(seconds: float) -> str:
+    """An RFC 3339 reset `seconds` from now, in whole seconds as the API writes it."""
+    return datetime.fromtimestamp(math.ceil(time.time() + seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_requests_left_read_from_either_api() -> None:
