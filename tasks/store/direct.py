@@ -191,10 +191,15 @@ def raised(reply: Any) -> Any:
     return reply
 
 
+def routed(client: Any) -> bool:
+    """Whether `client` is a cluster's, whose calls `on_masters` sends straight to their masters."""
+    return isinstance(client, RedisCluster)
+
+
 def on_masters(client: Any, calls: list[Call]) -> list[Any] | None:
     """On a cluster, `calls` sent straight to their slots' masters in one round trip, and their replies (an error
     reply as its exception); None on one Redis, or where nothing could be sent: the caller goes the client's way."""
-    if not isinstance(client, RedisCluster):
+    if not routed(client):
         return None
     sent = InFlight.send(client, calls)
     return None if sent is None else sent.replies()

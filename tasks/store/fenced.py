@@ -290,6 +290,12 @@ class Fence:
         self._confirm_ahead()
         run_script(self._script, *self._call(batch), pipe)
 
+    def call(self, batch: Batch) -> Call:
+        """`batch` as this fence's write, for the caller to send (tasks/store/direct.py), holding `lock`: the reply is
+        falsy when the lease is not ours."""
+        self._confirm_ahead()
+        return Call.script(self._client, self._script, *self._call(batch))
+
     def hold(self, batch: Batch) -> None:
         """Write `batch` as the start of the next commit of commands (after the prelude, in the same atomic
         write), not on its own: for a write whose next one follows with no I/O between, or whose next round trip
