@@ -25,9 +25,8 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
-from tasks.store.direct import Call, on_masters
+from tasks.store.direct import Call, in_one_trip, raised
 from tasks.store.preflight import PREFLIGHT, Asked
 
 ScriptCall = tuple[Script, list[str], list[Any]]
@@ -56,17 +55,8 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask) -> Any:
     budget_keys = ask.budget_keys
     calls.append(Call(("EXISTS", *budget_keys), budget_keys[0], lambda: client.exists(*budget_keys)))
     at = time.monotonic()
-    replies = on_masters(client, calls)  # on a cluster, straight to the masters (tasks/store/direct.py)
-    if replies is None:
-        pipe = client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*call.command)
-        replies = pipe.execute(raise_on_error=False)
-    taken = replies[0]
-    if isinstance(taken, NoScriptError):  # a server that lost its scripts: the take never ran, so it runs now
-        taken = script(keys=keys, args=args)
-    elif isinstance(taken, Exception):
-        raise taken
+    replies = in_one_trip(client, calls)  # a server that lost its scripts: each runs again, loading it
+    taken = raised(replies[0])
     admission = replies[1] if ask.admission is not None else None
     exists = replies[-1]
     PREFLIGHT.asked(

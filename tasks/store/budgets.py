@@ -37,9 +37,9 @@ import redis
 
 from agent.loop.spend import BudgetExceeded, Charge
 from tasks.store import budget_rules, keys
-from tasks.store.fenced import registered
 from tasks.store.preflight import PREFLIGHT, Deferred
 from tasks.store.replies import text
+from tasks.store.scripts import registered
 
 # `load` reads a budget in one HMGET and rolls its window over (spent back to 0) when its period's current window is
 # later than the stored one; `release` settles one held reservation to (tokens, nanos): its reserve leaves every

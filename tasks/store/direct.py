@@ -205,6 +205,22 @@ def on_masters(client: Any, calls: list[Call]) -> list[Any] | None:
     return None if sent is None else sent.replies()
 
 
+def in_one_trip(client: Any, calls: list[Call]) -> list[Any]:
+    """`calls`, each on its own keys (slots), in one round trip: their replies in order, an error reply as its
+    exception. On a cluster straight to the masters (`on_masters`); elsewhere one pipeline of the commands as they
+    are (not scripts: redis-py's pipeline asks SCRIPT EXISTS before it sends any, a round trip of its own), where a
+    call the server could not run (NOSCRIPT: a restarted server) runs again through the client, which loads it."""
+    direct = on_masters(client, calls)
+    if direct is not None:
+        return direct
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        pipe.execute_command(*call.command)
+    replies = pipe.execute(raise_on_error=False)
+    return [_again(call) if isinstance(reply, NoScriptError) else reply
+            for call, reply in zip(calls, replies, strict=True)]
+
+
 def _again(call: Call) -> Any:
     """The call through the client; its error reply as a value, as `InFlight.replies` returns one."""
     try:
@@ -215,7 +231,7 @@ def _again(call: Call) -> Any:
 
 def _pool(client: Any, key: str) -> Any:
     """The pool a call on `key` takes its connection from; None for a client that holds one connection only."""
-    if isinstance(client, RedisCluster):
+    if routed(client):
         try:
             client = client.get_redis_connection(client.get_node_from_key(key))
         except (redis.RedisError, RedisClusterException):  # no slot map to go by (a slot not covered): the client's way

@@ -23,9 +23,10 @@ import redis
 
 from tasks.store import keys
 from tasks.store.deletion import user_parts
-from tasks.store.fenced import RUN_OPS, Batch, registered
+from tasks.store.fenced import RUN_OPS, Batch
 from tasks.store.records import TERMINAL
 from tasks.store.replies import text
+from tasks.store.scripts import registered
 
 OnBusy = Literal["enqueue", "interrupt", "reject"]
 

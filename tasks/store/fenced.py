@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import json
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import redis
-from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
-from tasks.store.direct import Call, RoutedScript, SentAhead, on_masters, raised
+from tasks.store.direct import Call, SentAhead
 from tasks.store.json_values import dumps
+from tasks.store.scripts import registered, run_script
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
 # arguments, arguments (flat, not one JSON document: decoding one cost the server ~10 µs a KB, and a batch's
@@ -100,62 +98,6 @@ return run_ops(3, 0, {1}, nil)
 """
 
 EVENTS_MAXLEN = 10_000
-
-_registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
-
-
-def registered(client: redis.Redis, source: str) -> Script:
-    """`client.register_script(source)` made once per client and script (each registration hashes the script
-    and builds an object; the pooled client lives as long as its process)."""
-    scripts = _registered.get(client)
-    if scripts is None:
-        scripts = _registered.setdefault(client, {})
-    script = scripts.get(source)
-    store: object = client  # typed as the plain client (tasks/store/connect.py); here it may be the cluster's
-    if script is None:
-        # On a cluster each call goes straight to its slot's master: the cluster's client would work out every key's
-        # slot and the command's node again, call by call (tasks/store/direct.py).
-        made = RoutedScript(client, source) if isinstance(store, RedisCluster) else client.register_script(source)
-        script = scripts.setdefault(source, made)
-    return script
-
-
-def run_script(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
-    """`script(keys=..., args=..., client=client)`, where `client` may be a pipeline. A cluster's pipeline cannot
-    load a script a node lacks (a restarted master has lost its script cache, and redis-py's cluster pipeline
-    does not recover from NOSCRIPT), so there the script goes whole, as EVAL."""
-    if isinstance(client, ClusterPipeline):
-        return client.execute_command("EVAL", script.script, len(keys), *keys, *args)
-    return script(keys=keys, args=args, client=client)
-
-
-def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
-    """Run several scripts, each on its own keys (slots), in one round trip; their replies in order (an error reply
-    raised). Not `run_script` on a pipeline: redis-py's pipeline asks SCRIPT EXISTS before every execute, a round
-    trip of its own. EVALSHA goes as a plain command, and a script the server lacks (NOSCRIPT: a restarted server)
-    is then run on its own, which loads it; it never ran, so running it now runs it once. On a cluster they go
-    straight to their slots' masters (tasks/store/direct.py)."""
-    direct = on_masters(client, [Call.script(client, *call) for call in calls])
-    if direct is not None:
-        return [raised(reply) for reply in direct]
-    if len(calls) == 1:
-        script, keys, args = calls[0]
-        return [script(keys=keys, args=args)]
-    pipe = client.pipeline(transaction=False)
-    for script, keys, args in calls:
-        # A cluster's pipeline sends each to its slot's master; a master that lacks the script answers NOSCRIPT,
-        # handled below as on one Redis (not `run_script`'s EVAL of the whole text on every call).
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-    replies = pipe.execute(raise_on_error=False)
-    out: list[Any] = []
-    for (script, keys, args), reply in zip(calls, replies, strict=True):
-        if isinstance(reply, NoScriptError):
-            reply = script(keys=keys, args=args)
-        elif isinstance(reply, Exception):
-            raise reply
-        out.append(reply)
-    return out
-
 
 def fill(name: str) -> str:
     """A value left for the script that writes the batch to fill in, where Python cannot know it yet (the

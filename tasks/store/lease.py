@@ -8,8 +8,8 @@ import uuid
 
 import redis
 
-from tasks.store.fenced import registered, run_script
 from tasks.store.replies import text_or_none
+from tasks.store.scripts import registered, run_script
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then

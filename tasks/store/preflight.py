@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from redis.commands.core import Script
 
-from tasks.store.fenced import scripts_in_one_trip
+from tasks.store.scripts import scripts_in_one_trip
 
 
 @dataclass(eq=False)

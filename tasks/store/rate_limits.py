@@ -36,8 +36,8 @@ from agent.loop.spend import BudgetExceeded
 from agent.provider.rate_gate import Admission
 from agent.provider.rate_headers import read_headers
 from tasks.store import keys
-from tasks.store.fenced import registered
 from tasks.store.preflight import PREFLIGHT
+from tasks.store.scripts import registered
 
 log = logging.getLogger("baton.provider")
 

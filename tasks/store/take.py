@@ -31,9 +31,10 @@ from redis._parsers.helpers import parse_info  # how redis-py reads an INFO repl
 
 from tasks.store import keys
 from tasks.store.ahead import Ask, take_asking
-from tasks.store.fenced import RUN_OPS, Batch, fill_mark, registered
+from tasks.store.fenced import RUN_OPS, Batch, fill_mark
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
+from tasks.store.scripts import registered
 
 TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to the script (`fenced.fill`)
 

@@ -492,7 +492,7 @@ def test_one_trip_over_every_master_goes_straight_to_each_slots_master_and_runs_
     is routed once, by its first key, not by the cluster's client key by key (a fenced write names ten keys and
     more), and each runs once on its slot's master. One master lost its scripts (NOSCRIPT) and one slot moved to
     another master (MOVED): those two are run again through the cluster's client, once each, on the right master."""
-    from tasks.store.fenced import scripts_in_one_trip
+    from tasks.store.scripts import scripts_in_one_trip
 
     store = _store(cluster)
     fenced = _fences_on_every_master(cluster, store, "trip")

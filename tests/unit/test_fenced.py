@@ -86,7 +86,7 @@ def test_a_held_batch_may_not_read():
 def test_scripts_in_one_trip_run_a_script_the_server_lost_once():
     """After a restart (SCRIPT FLUSH here) the pipeline's EVALSHA answers NOSCRIPT: that script is run on its own,
     which loads it, and it runs once; the one the server still had ran in the pipeline."""
-    from tasks.store.fenced import registered, scripts_in_one_trip
+    from tasks.store.scripts import registered, scripts_in_one_trip
 
     store = fakeredis.FakeRedis()
     count = registered(store, "return redis.call('INCR', KEYS[1])")
@@ -115,8 +115,8 @@ def _holding(lease: str = "tok") -> tuple[fakeredis.FakeRedis, Fence, Batch]:
 def test_a_held_result_leads_the_next_preflight_with_the_prelude_ahead_and_its_reads_after():
     """A read tool's result rides the next model call's preflight: written first in that round trip (after the
     live text buffered ahead of it, as in every commit), its reads answered before the preflight's own reply."""
-    from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
+    from tasks.store.scripts import registered
 
     r = fakeredis.FakeRedis()
     r.set("lease", "tok")
@@ -139,8 +139,8 @@ def test_a_held_result_leads_the_next_preflight_with_the_prelude_ahead_and_its_r
 def test_a_lead_whose_result_rode_a_commit_sends_nothing():
     """Another result of the round (or a park, the settle) committed first: the held result went with it, and
     the preflight carries no write of its own."""
-    from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
+    from tasks.store.scripts import registered
 
     r, fence, result = _holding()
     seen: list[tuple[str | None, bool]] = []
@@ -152,8 +152,8 @@ def test_a_lead_whose_result_rode_a_commit_sends_nothing():
 
 
 def test_a_lead_under_a_lease_not_ours_raises_lease_lost_and_writes_nothing():
-    from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
+    from tasks.store.scripts import registered
 
     r, fence, result = _holding(lease="someone-else")
     PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))
@@ -164,8 +164,8 @@ def test_a_lead_under_a_lease_not_ours_raises_lease_lost_and_writes_nothing():
 
 def test_forget_drops_a_lead_the_execution_never_sent():
     """An execution that ended without another preflight (a crash, say) leaves nothing for the next one's."""
-    from tasks.store.fenced import registered
     from tasks.store.preflight import PREFLIGHT
+    from tasks.store.scripts import registered
 
     r, fence, result = _holding()
     PREFLIGHT.lead(_lead(fence, result, Batch().read("GET", "stop"), []))

@@ -1,0 +1,50 @@
+"""Baton's Lua scripts as they are registered and sent: once per client, on a pipeline, several in one round trip.
+
+On a cluster a registered script's calls go straight to the master of their slot (tasks/store/direct.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import redis
+from redis.cluster import ClusterPipeline
+from redis.commands.core import Script
+
+from tasks.store.direct import Call, RoutedScript, in_one_trip, raised, routed
+
+_registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+def registered(client: redis.Redis, source: str) -> Script:
+    """`client.register_script(source)` made once per client and script (each registration hashes the script
+    and builds an object; the pooled client lives as long as its process)."""
+    scripts = _registered.get(client)
+    if scripts is None:
+        scripts = _registered.setdefault(client, {})
+    script = scripts.get(source)
+    if script is None:
+        # On a cluster each call goes straight to its slot's master: the cluster's client would work out every key's
+        # slot and the command's node again, call by call (tasks/store/direct.py).
+        made = RoutedScript(client, source) if routed(client) else client.register_script(source)
+        script = scripts.setdefault(source, made)
+    return script
+
+
+def run_script(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
+    """`script(keys=..., args=..., client=client)`, where `client` may be a pipeline. A cluster's pipeline cannot
+    load a script a node lacks (a restarted master has lost its script cache, and redis-py's cluster pipeline
+    does not recover from NOSCRIPT), so there the script goes whole, as EVAL."""
+    if isinstance(client, ClusterPipeline):
+        return client.execute_command("EVAL", script.script, len(keys), *keys, *args)
+    return script(keys=keys, args=args, client=client)
+
+
+def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+    """Run several scripts, each on its own keys (slots), in one round trip; their replies in order (an error reply
+    raised). EVALSHA each, as plain commands (`in_one_trip`): one on its own is a call of its own."""
+    if len(calls) == 1 and not routed(client):
+        script, keys, args = calls[0]
+        return [script(keys=keys, args=args)]
+    return [raised(reply) for reply in in_one_trip(client, [Call.script(client, *call) for call in calls])]
