@@ -130,9 +130,10 @@ class AnthropicProvider:
                 elif on_reasoning is not None and delta.get("type") == "thinking_delta" and delta.get("thinking"):
                     on_reasoning(delta["thinking"])
 
+        body = transport.json_body(params)
         stream_attempt(
             lambda: client.post(
-                "/v1/messages", body=params, cast_to=object, stream=True, stream_cls=Stream[object], options=options
+                "/v1/messages", content=body, cast_to=object, stream=True, stream_cls=Stream[object], options=options
             ),
             feed,
             snapshot,

@@ -84,7 +84,7 @@ class OpenAIProvider:
         on_reasoning: TextSink | None = None,
     ) -> Answer:
         cancel.raise_if_set()
-        body = chat_body(request)
+        body = transport.json_body(chat_body(request))
         snapshot = ChatSnapshot()
         client = self._shards.get()  # no credentials: a provider_auth failure, before any attempt is made or billed
 
@@ -98,7 +98,9 @@ class OpenAIProvider:
                 on_text(added)
 
         stream_attempt(
-            lambda: client.post("/chat/completions", body=body, cast_to=object, stream=True, stream_cls=Stream[object]),
+            lambda: client.post(
+                "/chat/completions", content=body, cast_to=object, stream=True, stream_cls=Stream[object]
+            ),
             feed,
             snapshot,
             cancel=cancel,
