@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 
 import fakeredis
+import httpx2
 import pytest
 from pydantic import ValidationError
 
@@ -82,6 +83,17 @@ def test_answers_with_room_ask_for_nothing() -> None:
                "x-ratelimit-remaining-requests": "nan?", "x-ratelimit-reset-requests": "1s"}
     assert read_headers(headers, now=NOW).wait == 0
     assert read_headers({}, now=NOW).wait == 0
+
+
+def test_the_headers_of_an_http_answer_are_read_whatever_their_case_among_others() -> None:
+    """As an SDK hands them over: an HTTP client's headers, names in any case, among the answer's other headers."""
+    headers = httpx2.Headers([("Content-Type", "text/event-stream"), ("Request-Id", "req_1"),
+                              ("Anthropic-RateLimit-Requests-Remaining", "0"),
+                              ("anthropic-ratelimit-requests-reset", "2026-12-03T12:00:10Z"),
+                              ("Anthropic-Ratelimit-Requests-Limit", "50"), ("Retry-After", "3")])
+    said = read_headers(headers, now=NOW)
+    assert (said.wait, said.exhausted_limit, said.retry_after, said.requests_limit) == (10, "requests", 3, 50)
+    assert read_headers({"Retry-After-Ms": "1500"}, now=NOW).retry_after == 1.5
 
 
 # -- the definition -------------------------------------------------------------------------------------------------
