@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -206,11 +206,18 @@ def to_api(
         if message.role == "notice":
             continue
         foreign = model is not None and message.model != model
-        blocks = [
-            media_to_api(b, files) if isinstance(b, ImageBlock | DocumentBlock) else block_to_api(b, files)
-            for b in message.content
-            if not isinstance(b, NoticeBlock) and not (foreign and isinstance(b, REASONING))
-        ]
+        blocks = []
+        for b in message.content:
+            # By exact type (no block model is subclassed): a chat turn converts every earlier message of its chat,
+            # and a check against a pydantic model's class goes through `ABCMeta`, ~0.15 us each, several a block.
+            if type(b) is TextBlock:  # most blocks of a history: its two fields, without pydantic's dump (~0.7 us)
+                blocks.append({"type": "text", "text": b.text})
+            elif type(b) is NoticeBlock or (foreign and type(b) in REASONING):
+                continue
+            elif type(b) is ImageBlock or type(b) is DocumentBlock:
+                blocks.append(media_to_api(b, files))
+            else:
+                blocks.append(block_to_api(cast(AnswerBlock | ToolResultBlock, b), files))  # no notice, no file
         if blocks:
             out.append({"role": message.role, "content": blocks})
     return out
