@@ -26,6 +26,7 @@ INCLUDE = [
     "tasks.runtime.drain",
     "tasks.runtime.deadletter",
     "tasks.runtime.kombu_fixes",
+    "tasks.runtime.heap",
     "tasks.telemetry.celery_signals",
 ]
 
