@@ -5,6 +5,7 @@ pools: ~240,000 objects in a pool child) was walked by every full collection, ~1
 reads its every message, and the objects it makes set one off in about one turn of twelve at 1,000 earlier messages
 (9 ms of a turn's CPU on average, and the 90th percentile of a turn 100 ms instead of 25). Frozen, those objects
 are never walked again; their reference counts still free them, so only a reference cycle among them is kept.
+`baton serve` freezes its startup heap for the same reason (web/app.py).
 
 Python's advice for a process that forks: collect and freeze in the parent right before the fork, and the children
 share its pages rather than copy each one a collection touches. Then each process freezes what its start built
