@@ -122,7 +122,14 @@ def test_a_rolling_deploy_pins_or_upgrades_runs_in_flight_and_waits_for_agents_i
     )
 
     worker_b = stack.worker("b", **V2)
-    v2 = wait_for_agents(client, "extra")
+    # Its own versions, as the listing names them for its hostname: the listing's summary of an agent is the newest
+    # any worker published, and the v1 worker republishes `coder` every sweep (it was the newest now and then).
+    v2 = {
+        name: {"version": w["version"]}
+        for name, agent in wait_for_agents(client, "extra").items()
+        for w in agent["workers"]
+        if w["hostname"] == worker_b.hostname
+    }
     # A turn for the agent v2 adds, while the v1 worker (a free pool process, not serving it) still consumes the
     # queue: whichever takes it, it completes on the v2 worker.
     added = client.send_message("chat-new", "for the new agent", agent="extra")
