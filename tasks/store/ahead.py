@@ -44,11 +44,12 @@ class Ask:
     budget_keys: list[str]
 
 
-def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask) -> Any:
-    """Run the take's script with `ask`'s reads in one round trip; the take's reply (an error of it raised). What the
-    reads answered is left on this thread for the first model call; a read that failed is asked again by it."""
+def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask, behind: Call) -> tuple[Any, Any]:
+    """Run the take's script, `behind` (the call that follows it on its slot) and `ask`'s reads in one round trip;
+    the take's reply (an error of it raised) and `behind`'s (an error as a value). What the reads answered is left
+    on this thread for the first model call; a read that failed is asked again by it."""
     script, keys, args = take
-    calls = [Call.script(client, script, keys, args)]
+    calls = [Call.script(client, script, keys, args), behind]
     if ask.admission is not None:
         _, admit, admit_keys, admit_args = ask.admission
         calls.append(Call.script(client, admit, admit_keys, admit_args))
@@ -57,7 +58,7 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask) -> Any:
     at = time.monotonic()
     replies = in_one_trip(client, calls)  # a server that lost its scripts: each runs again, loading it
     taken = raised(replies[0])
-    admission = replies[1] if ask.admission is not None else None
+    admission = replies[2] if ask.admission is not None else None
     exists = replies[-1]
     PREFLIGHT.asked(
         Asked(
@@ -68,4 +69,4 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask) -> Any:
             at,
         )
     )
-    return taken
+    return taken, replies[1]

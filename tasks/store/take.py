@@ -15,6 +15,13 @@ is exactly what the message's encoder writes (no `\\u` escape: Python's and pyda
 Any other case (a retry, a resume, a draining worker, an escaped text, a message with files: their blocks are
 the record's, which the caller reads first) is started by the caller as before.
 
+The transcript is not read by the script: each message a script reads becomes a Lua string and then a reply again,
+which cost the server ~0.6 µs a message (600 µs for a chat of 1,000 messages, against 90 for a plain `LRANGE`).
+The script returns the transcript's length after its own writes, and an `LRANGE` sent right behind it on the same
+connection reads the list. A transcript is only ever appended to (RPUSH) or deleted, so the first `length` entries
+of that read are the transcript as the script left it; a read that came back shorter (it ran before the script, which
+a server that lost its scripts runs again after it) is made again, up to that length.
+
 Where the store can fail over under the execution (behind Sentinel, on a cluster), the script also reads its
 master's `INFO replication` before anything else (`replication`): the history a failover would change and the
 replicas a write tool waits for, which were a round trip of their own before every take.
@@ -31,6 +38,7 @@ from redis._parsers.helpers import parse_info  # how redis-py reads an INFO repl
 
 from tasks.store import keys
 from tasks.store.ahead import Ask, take_asking
+from tasks.store.direct import Call, in_one_trip, raised
 from tasks.store.fenced import RUN_OPS, Batch, fill_mark
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
@@ -43,8 +51,8 @@ TEXT, HISTORY_LEN = "text", "history_len"  # what a `start` batch may leave to t
 # and model the batch starts the unit with (JSON): a record naming others is started by the caller, which resolves
 # them; "1" to read INFO replication; then the start batch's ops (`Batch.ops_args`).
 # Replies, after the INFO replication text (false when not asked): {record} (missing or finished), {record, head}
-# (not the head), {record, head, 0} (lease held), {record, head, 1, stop, draining, transcript, started}. A nil head
-# (not checked, or an empty queue) comes as false.
+# (not the head), {record, head, 0} (lease held), {record, head, 1, stop, draining, the transcript's length after the
+# start, started, the record's history_len as read}. A nil head (not checked, or an empty queue) comes as false.
 _TAKE = RUN_OPS + """
 local info = false
 if ARGV[10] == '1' then info = redis.call('INFO', 'replication') end
@@ -84,9 +92,9 @@ if ARGV[5] ~= '' and hl < 0 and tonumber(generation) == 0 and draining == 0 and 
   run_ops(11, 5, {}, fills)  -- the batch's keys follow this script's six, its ops its ten arguments
   started = 1
 end
-local last = -1
-if hl >= 0 then last = hl - 1 end
-return {info, rec, head, 1, stop, draining, redis.call('LRANGE', KEYS[6], 0, last), started}
+-- The transcript's length as the start left it (its push said so), else as it is: the read behind this script
+-- reads the list itself.
+return {info, rec, head, 1, stop, draining, pushed[KEYS[6]] or redis.call('LLEN', KEYS[6]), started, hl}
 """
 
 
@@ -154,7 +162,13 @@ def take(
             *(start.ops_args(compact=False) if start else ()),
         ],
     )
-    reply = call[0](keys=call[1], args=call[2]) if ask is None else take_asking(client, call, ask)
+    transcript = own[5]
+    read = Call(("LRANGE", transcript, 0, -1), transcript, lambda: client.lrange(transcript, 0, -1))
+    if ask is None:
+        reply, listed = in_one_trip(client, [Call.script(client, *call), read])
+        reply = raised(reply)
+    else:
+        reply, listed = take_asking(client, call, ask, read)
     info = parse_info(text_or_none(reply[0])) if reply[0] else None
     reply = reply[1:]
     flat = reply[0]
@@ -164,6 +178,15 @@ def take(
         return Taken(record, head, None, replication=info)
     if not reply[2]:
         return Taken(record, head, False, replication=info)
-    return Taken(
-        record, head, True, text_or_none(reply[3]), bool(reply[4]), list(reply[5]), bool(reply[6]), replication=info
+    history = as_left(client, transcript, listed, int(reply[5]), int(reply[7]))
+    return Taken(record, head, True, text_or_none(reply[3]), bool(reply[4]), history, bool(reply[6]), replication=info)
+
+
+def as_left(client: redis.Redis, key: str, listed: Any, length: int, history_len: int) -> list[bytes | str]:
+    """The transcript as the take's script left it (`length` entries), from the read sent behind the script, read
+    again where that came back shorter or failed (see the module); a started generation's history ends at its
+    `history_len`."""
+    entries: list[bytes | str] = listed if isinstance(listed, list) and len(listed) >= length else list(
+        client.lrange(key, 0, length - 1)
     )
+    return entries[: length if history_len < 0 else min(length, history_len)]

@@ -399,8 +399,9 @@ def test_one_users_budget_holds_their_chats_on_every_master(cstack, cluster):
 # gate (one pipeline), the model step, the tool step, the settle with the last step held; the client's XREAD and
 # HGETALL, one pipeline), and 0.75 of room for idle traffic. The INFO before each take and each settle, the look
 # after the tool round and the last step's own write were one command each on a cluster before this stop
-# (tests/integration/test_turn_cost.py counts one Redis).
-CLUSTER_SENT_CEILING = 11.75
+# (tests/integration/test_turn_cost.py counts one Redis). Since stop 57 the take's transcript is read by an LRANGE
+# sent behind its script on the same master (tasks/store/take.py), not by the script: 12 sent.
+CLUSTER_SENT_CEILING = 12.75
 
 
 def test_a_turn_on_the_cluster_stays_under_its_command_ceiling(cstack, cluster):

@@ -10,7 +10,7 @@ import pytest
 from tasks.store import keys
 from tasks.store.lease import Lease
 from tasks.store.records import UnitRecord
-from tasks.store.take import take
+from tasks.store.take import _TAKE, take
 
 OWNER = "chat:c1"
 
@@ -50,6 +50,60 @@ def test_an_unfinished_head_takes_the_lease_and_reads_after_it():
     taken = _take(r, "t2", check_head=False)  # a run's unit: no queue to be at the head of
     assert taken.acquired is True and (taken.stop, taken.draining) == (None, False)
     assert taken.transcript == [b"m0", b"m1", b"m2"]
+
+
+def test_the_transcript_is_read_behind_the_script_not_by_it():
+    """The script returns the transcript's length, and the `LRANGE` sent right behind it on the connection reads
+    the list: no message goes through Lua. What was appended after the script (another writer's notice) is not the
+    unit's: the read is cut at the script's length, and at a started generation's history_len."""
+    from tasks.store.take import as_left
+
+    r = fakeredis.FakeRedis()
+    r.rpush(keys.transcript(OWNER), "m0", "m1", "m2")
+    r.rpush(keys.queue(OWNER), "t1")
+    _record(r, "t1")
+    sent: list[str] = []
+    pipeline = r.pipeline
+
+    def counted(*args, **options):
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sending(*a, **k):
+            sent.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+            return execute(*a, **k)
+
+        pipe.execute = sending
+        return pipe
+
+    r.pipeline = counted
+    r.script_load(_TAKE)
+    assert _take(r).transcript == [b"m0", b"m1", b"m2"]
+    assert sent == ["EVALSHA+LRANGE"]
+    later = [b"m0", b"m1", b"m2", b"notice"]
+    assert as_left(r, keys.transcript(OWNER), later, 3, -1) == [b"m0", b"m1", b"m2"]
+    assert as_left(r, keys.transcript(OWNER), later, 3, 2) == [b"m0", b"m1"]
+
+
+def test_a_transcript_read_that_ran_before_the_script_is_made_again():
+    """A server that lost its scripts answers the EVALSHA with NOSCRIPT, and the script runs again after the read
+    behind it, which then missed the user's message the start pushes: the shorter read is made again."""
+    r = fakeredis.FakeRedis()  # no script loaded: the first EVALSHA is refused
+    r.rpush(keys.transcript(OWNER), "m0")
+    r.rpush(keys.queue(OWNER), "t1")
+    _record(r, "t1", text="hello", generation=0, task_id="")
+    reads: list[tuple[object, ...]] = []
+    lrange = r.lrange
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return lrange(*args, **kwargs)
+
+    r.lrange = counted
+    taken = _take_starting(r)
+    assert taken.started and len(taken.transcript) == 2 and taken.transcript[0] == b"m0"
+    assert json.loads(taken.transcript[1])["content"][0]["text"] == "hello"
+    assert reads == [(keys.transcript(OWNER), 0, 1)]
 
 
 @pytest.mark.parametrize("case", ["missing", "finished", "not the head", "empty queue"])

@@ -23,6 +23,7 @@ from tasks.store.take import _TAKE
 SETTINGS = Settings(redis_url="redis://fake:6379/0", provider="scripted", queue="q", lease_ttl=3,
                     tools="bench.tools:TOOLS", backoff_scale=0)
 OWNER = keys.owner("chat", "c1")
+TAKE = "EVALSHA+LRANGE"  # the take's script, and the transcript read sent right behind it (tasks/store/take.py)
 
 
 def queue_turn(store, text: str = "hi?") -> None:  # type: ignore[no-untyped-def]
@@ -66,9 +67,23 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
         return inner(*args, **options)
 
     store.execute_command = counting
+    pipeline = store.pipeline
+
+    def counted_pipeline(*args, **options):  # the take's trip: its script and the transcript read behind it
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sent_all(*a, **k):
+            sent.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+            return execute(*a, **k)
+
+        pipe.execute = sent_all
+        return pipe
+
+    store.pipeline = counted_pipeline
     outcome = run_turn()
     assert outcome.action == "done" and outcome.reason == "completed"
-    assert sent == ["EVALSHA"] * (4 if budgeted else 3)
+    assert sent == [TAKE] + ["EVALSHA"] * (3 if budgeted else 2)
     stored = {k.decode(): json.loads(v) for k, v in store.hgetall(keys.record(OWNER, "t1")).items()}
     assert (stored["status"], stored["reply"], stored["steps"], stored["history_len"]) == ("completed", "hi", 1, 1)
     roles = [json.loads(m)["role"] for m in store.lrange(keys.transcript(OWNER), 0, -1)]
@@ -144,7 +159,7 @@ def test_behind_the_rate_gate_a_turns_reservation_rides_with_its_admission(store
     trips = count_round_trips(store, monkeypatch)
     outcome = run_turn()
     assert outcome.action == "done" and outcome.reason == "completed"
-    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
+    assert trips == [TAKE, "EVALSHA+EVALSHA", *(["EVALSHA"] if budgeted else []), "EVALSHA"]
     if budgeted:
         assert budgets.read_budget(store, "all")["reserved_tokens"] == 0  # settled: nothing left held
 
@@ -180,7 +195,7 @@ def test_a_message_that_says_whose_turn_it_is_has_its_first_preflight_asked_with
         assert failure["class"] == "budget_exceeded", failure
         return
     assert outcome.reason == "completed"
-    asked = "EVALSHA+EVALSHA+EXISTS"  # the take, with the gate's admission and the budgets' existence
+    asked = f"{TAKE}+EVALSHA+EXISTS"  # the take, with the gate's admission and the budgets' existence
     # With a budget: the reservation and an admission of its own, the reservation's settlement, the settle.
     assert trips == ([asked, "EVALSHA"] if budget is None else [asked, "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA"])
     if budget is not None:
@@ -231,10 +246,10 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
     assert run("t1") == "completed"
     # take; preflight; the model step, sent ahead of its read tool; the tool's result with the next preflight; the
     # settle
-    assert trips == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA", "EVALSHA"]
+    assert trips == [TAKE, "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA", "EVALSHA"]
     stop_before_result.append("t2")
     assert run("t2") == "stopped"
-    assert trips[:4] == ["EVALSHA", "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA"]
+    assert trips[:4] == [TAKE, "EVALSHA+EVALSHA", "EVALSHA ahead", "EVALSHA+EVALSHA+EVALSHA"]
     assert "EVALSHA+EVALSHA" not in trips[4:]  # no other preflight: the stop ends the turn
     assert len(provider.requests) == 1  # the second model step was never sent
     transcript = [json.loads(m) for m in store.lrange(keys.transcript(keys.owner("chat", "t2")), 0, -1)]
@@ -328,6 +343,6 @@ def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahea
     outcome = run_turn()
     assert outcome.reason == "completed"
     assert journaled == [["model:0=done", "tool:toolu_w=committing"]]  # both written before the tool ran
-    assert trips == ["EVALSHA"] * 6, trips
+    assert trips == [TAKE] + ["EVALSHA"] * 5, trips
     types = [json.loads(f[b"e"])["type"] for _, f in store.xrange(keys.events(OWNER))]
     assert types == ["turn.started", "tool.called", "tool.result", "text.delta", "turn.completed"], types
