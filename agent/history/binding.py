@@ -24,10 +24,10 @@ server's unsigned reasoning, or a block stored before digests existed) are kept 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from agent.history.context import canonical
 from agent.messages import BOUND  # the wire dict's private key carrying a block's digest; removed here, never sent
 
 _REASONING = ("thinking", "redacted_thinking")
@@ -109,7 +109,7 @@ def _feed(running: Any, message: dict[str, Any]) -> None:
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical(_plain(value)).encode()
 
 
 def _plain(value: Any) -> Any:

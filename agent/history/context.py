@@ -25,6 +25,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from agent.loop.failures import Overflow
@@ -54,9 +55,23 @@ def result_cap_chars(context_tokens: int, default: int) -> int:
     return max(200, min(default, context_tokens * BYTES_PER_TOKEN // 8))
 
 
-def canonical(value: Any) -> str:
-    """The canonical JSON the estimate measures (sorted keys, no spaces, UTF-8 kept)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _canonical_encoder() -> Callable[[Any], str]:
+    """`json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`, the same text, with the
+    encoder made once: `json.dumps` with arguments of its own builds a new one for every call, which was most of
+    the ~3 µs a message costs (a chat of 1,000 messages is measured once an execution: 3.1 ms, 1.2 ms this way).
+    No circular check: a request is a tree of JSON values."""
+    if c_make_encoder is None:  # an interpreter without the C encoder
+        return json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+    chunks = c_make_encoder(None, _unencodable, encode_basestring, None, ":", ",", True, False, True)
+    return lambda value: "".join(chunks(value, 0))
+
+
+canonical = _canonical_encoder()
+"""The canonical JSON the estimate measures (sorted keys, no spaces, UTF-8 kept)."""
 
 
 def estimate_tokens(value: Any) -> int:
@@ -65,7 +80,9 @@ def estimate_tokens(value: Any) -> int:
     if value is None or value == [] or value == "":
         return 0
     value, images = _without_images(value)
-    return math.ceil(len(canonical(value).encode()) / BYTES_PER_TOKEN) + images
+    text = canonical(value)
+    size = len(text) if text.isascii() else len(text.encode())  # ASCII: as many bytes as characters, no copy
+    return math.ceil(size / BYTES_PER_TOKEN) + images
 
 
 def _image_free(block: Any) -> tuple[Any, int]:
@@ -91,22 +108,22 @@ def _image_free(block: Any) -> tuple[Any, int]:
 def _without_images(value: Any) -> tuple[Any, int]:
     """A message with its images' bytes left out, and their tokens (a value that is no message: as it is)."""
     content = value.get("content") if isinstance(value, dict) else None
-    if not isinstance(content, list) or not any(kind in _types(content) for kind in FILE_TYPES):
+    if not isinstance(content, list) or not _has_files(content):
         return value, 0
     blocks = [_image_free(block) for block in content]
     return {**value, "content": [block for block, _ in blocks]}, sum(tokens for _, tokens in blocks)
 
 
-def _types(content: list[Any]) -> str:
-    """The block types of a message and of its results' parts: a cheap look for an image before a copy."""
-    kinds = []
+def _has_files(content: list[Any]) -> bool:
+    """Whether a message or its results' parts hold an image or a PDF: a cheap look before a copy."""
     for block in content:
         if isinstance(block, dict):
-            kinds.append(str(block.get("type")))
+            if block.get("type") in FILE_TYPES:
+                return True
             inner = block.get("content")
-            if isinstance(inner, list):
-                kinds += [str(p.get("type")) for p in inner if isinstance(p, dict)]
-    return " ".join(kinds)
+            if isinstance(inner, list) and any(isinstance(p, dict) and p.get("type") in FILE_TYPES for p in inner):
+                return True
+    return False
 
 
 def request_tokens(tools: list[dict[str, Any]], system: Any, messages: list[dict[str, Any]]) -> int:
