@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent.json_text import compact
+
 EventType = Literal[
     "turn.queued",
     "turn.started",
@@ -58,7 +60,7 @@ def encode_event(kind: str, owner_id: str, data: dict[str, Any], *, at: float | 
         raise ValueError(f"unknown event type {kind!r}")
     owner_kind, _, ident = owner_id.partition(":")
     body = {"type": kind, "at": time.time() if at is None else at, f"{owner_kind}_id": ident, **data}
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str)
+    return compact(body)
 
 
 def decode_event(stream_id: str, raw: str | bytes) -> Event | None:

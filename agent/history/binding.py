@@ -27,7 +27,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from agent.history.context import canonical
+from agent.json_text import canonical
 from agent.messages import BOUND  # the wire dict's private key carrying a block's digest; removed here, never sent
 
 _REASONING = ("thinking", "redacted_thinking")

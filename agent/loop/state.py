@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from agent.json_text import canonical
 from agent.messages import Message, ToolContent
 from agent.provider.base import TokenUsage
 
@@ -90,8 +90,7 @@ class LoopState(BaseModel):
 
 def dedup_key(name: str, arguments: dict[str, Any]) -> str:
     """Identical calls share a key: the tool name and its arguments in canonical JSON."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()[:24]}"
+    return f"{name}:{hashlib.sha256(canonical(arguments).encode()).hexdigest()[:24]}"
 
 
 def tool_summary(state: LoopState) -> str:

@@ -11,7 +11,6 @@ from agent.history.context import (
     ELIDED,
     Overflow,
     Sizes,
-    canonical,
     choose_cut,
     compaction_for,
     elide,
@@ -49,20 +48,6 @@ def test_estimate_is_bytes_of_canonical_json_over_four_rounded_up():
     assert estimate_tokens(None) == 0 and estimate_tokens([]) == 0
     messages = run_messages(2)
     assert request_tokens([], None, messages) == sum(estimate_tokens(m) for m in messages)
-
-
-@pytest.mark.parametrize("value", [
-    None, "", "é\u2028\x00\"\\ 日本", 0, -0.0, 1.5, 1e16, 10**30, float("inf"), True, [], {},
-    {"b": 1, "a": [1, {"d": None, "c": "x"}]}, [{"type": "text", "text": "t", "cache_control": {"type": "ephemeral"}}],
-])
-def test_the_canonical_text_is_json_dumps_sorted_compact_and_utf8(value):
-    """The encoder made once (`canonical`) writes what `json.dumps` with the same arguments writes, so estimates
-    and reasoning digests are those of earlier versions; what JSON cannot hold is refused alike."""
-    import json
-
-    assert canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        canonical({"a": object()})
 
 
 def test_elision_keeps_every_pair_and_never_touches_people_or_the_current_round():
