@@ -24,6 +24,7 @@ server's unsigned reasoning, or a block stored before digests existed) are kept 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ def bind_thinking(
 ) -> Bound:
     """The messages to send (private digests removed): stale thinking left out where the API allows it, else kept with
     `drop_stale` set (module doc). `messages` are not changed."""
-    if not any(BOUND in b for m in messages for b in _blocks(m)):
+    if not any(BOUND in b for b in wire_blocks(messages)):
         return Bound(messages)
     kept = _walk(system, tools, messages, keep_stale=False)
     if thinking_on and _lost_required(messages, kept.messages):
@@ -119,6 +120,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def wire_blocks(messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every block of the messages (wire form), in one generator: every request looks at every block of its history
+    for reasoning, and a list or a generator a message cost ~0.3 ms a look at 1,000 messages."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    yield block
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
