@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from agent.messages import Message, load_message
+from agent.messages import Message, load_messages
 from tasks.store import keys
 from tasks.store.records import UnitRecord
 from tasks.store.replies import text
@@ -20,7 +20,7 @@ def load_transcript(client: redis.Redis, owner_id: str, end: int = -1) -> list[M
 
 def parse_transcript(raw: list[bytes | str]) -> list[Message]:
     """Transcript entries as messages (an entry that is no message is skipped)."""
-    return [m for m in (load_message(r) for r in raw) if m is not None]
+    return load_messages(raw)
 
 
 def chat_head(client: redis.Redis, owner_id: str) -> str | None:

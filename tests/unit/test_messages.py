@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from agent.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, dump_message, load_message
+from agent.messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    dump_message,
+    load_message,
+    load_messages,
+)
 
 STORED = [
     Message(role="user", content=(TextBlock(text="hello"),), turn_id="t-1"),
@@ -31,3 +39,19 @@ def test_a_block_this_version_does_not_know_is_dropped_and_the_rest_kept():
 @pytest.mark.parametrize("raw", ["not json", "[]", json.dumps({"role": "robot", "content": []}), b"\xff", "{}"])
 def test_unreadable_messages_are_none(raw):
     assert load_message(raw) is None
+
+
+FUTURE = json.dumps({"role": "assistant", "content": [{"type": "thinking_v9"}, {"type": "text", "text": "kept"}]})
+TWO = dump_message(STORED[0]) + "," + dump_message(STORED[1])  # one entry holding two objects: no message
+
+
+@pytest.mark.parametrize("extra", [[], [FUTURE], ["not json"], [TWO], [b"\xff"], ["{}"]], ids=[
+    "all-readable", "unknown-block", "unreadable", "two-in-one", "bad-bytes", "empty-object"])
+def test_a_history_reads_as_its_entries_read_one_by_one(extra):
+    """The one pass over a whole history gives what each entry's own parse gives: the same messages, an unknown block
+    dropped, an entry that is no message skipped (an entry of two objects too: it does not read as two)."""
+    raw = [*(dump_message(m) for m in STORED[:2]), *extra, dump_message(STORED[2]).encode()]
+    expected = [m for m in (load_message(r) for r in raw) if m is not None]
+    assert load_messages(raw) == expected
+    assert len(expected) == 3 + (extra == [FUTURE])
+    assert load_messages([]) == []
