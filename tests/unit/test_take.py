@@ -11,6 +11,7 @@ from tasks.store import keys
 from tasks.store.lease import Lease
 from tasks.store.records import UnitRecord
 from tasks.store.take import _TAKE, take
+from tests.support.round_trips import count_round_trips
 
 OWNER = "chat:c1"
 
@@ -52,7 +53,7 @@ def test_an_unfinished_head_takes_the_lease_and_reads_after_it():
     assert taken.transcript == [b"m0", b"m1", b"m2"]
 
 
-def test_the_transcript_is_read_behind_the_script_not_by_it():
+def test_the_transcript_is_read_behind_the_script_not_by_it(monkeypatch):
     """The script returns the transcript's length, and the `LRANGE` sent right behind it on the connection reads
     the list: no message goes through Lua. What was appended after the script (another writer's notice) is not the
     unit's: the read is cut at the script's length, and at a started generation's history_len."""
@@ -62,22 +63,8 @@ def test_the_transcript_is_read_behind_the_script_not_by_it():
     r.rpush(keys.transcript(OWNER), "m0", "m1", "m2")
     r.rpush(keys.queue(OWNER), "t1")
     _record(r, "t1")
-    sent: list[str] = []
-    pipeline = r.pipeline
-
-    def counted(*args, **options):
-        pipe = pipeline(*args, **options)
-        execute = pipe.execute
-
-        def sending(*a, **k):
-            sent.append("+".join(str(c[0][0]) for c in pipe.command_stack))
-            return execute(*a, **k)
-
-        pipe.execute = sending
-        return pipe
-
-    r.pipeline = counted
     r.script_load(_TAKE)
+    sent = count_round_trips(r, monkeypatch)
     assert _take(r).transcript == [b"m0", b"m1", b"m2"]
     assert sent == ["EVALSHA+LRANGE"]
     later = [b"m0", b"m1", b"m2", b"notice"]

@@ -19,6 +19,7 @@ from tasks.store import budgets, keys
 from tasks.store.fenced import _FENCED
 from tasks.store.records import UnitRecord
 from tasks.store.take import _TAKE
+from tests.support.round_trips import count_round_trips
 
 SETTINGS = Settings(redis_url="redis://fake:6379/0", provider="scripted", queue="q", lease_ttl=3,
                     tools="bench.tools:TOOLS", backoff_scale=0)
@@ -50,7 +51,7 @@ def store(monkeypatch):
 
 
 @pytest.mark.parametrize("budgeted", [False, True])
-def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
+def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted, monkeypatch):
     """Two round trips of the execution's own: take (with the start) and the settle (with the model step's journal
     record: its step count lands, and the text still buffered), and the attempt's budget reservation between them
     (with a budget that applies, its settlement too: two commands an attempt; with none, nothing is held). Live
@@ -59,28 +60,7 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     if budgeted:
         budgets.set_budget(store, "all", None, 1_000_000, "month")
     queue_turn(store, 'a "quoted" question')
-    sent: list[str] = []
-    inner = store.execute_command
-
-    def counting(*args, **options):
-        sent.append(str(args[0]))
-        return inner(*args, **options)
-
-    store.execute_command = counting
-    pipeline = store.pipeline
-
-    def counted_pipeline(*args, **options):  # the take's trip: its script and the transcript read behind it
-        pipe = pipeline(*args, **options)
-        execute = pipe.execute
-
-        def sent_all(*a, **k):
-            sent.append("+".join(str(c[0][0]) for c in pipe.command_stack))
-            return execute(*a, **k)
-
-        pipe.execute = sent_all
-        return pipe
-
-    store.pipeline = counted_pipeline
+    sent = count_round_trips(store, monkeypatch)
     outcome = run_turn()
     assert outcome.action == "done" and outcome.reason == "completed"
     assert sent == [TAKE] + ["EVALSHA"] * (3 if budgeted else 2)
@@ -92,49 +72,6 @@ def test_a_turn_without_tools_is_a_take_and_a_settle(store, budgeted):
     assert types == ["turn.started", "text.delta", "turn.completed"]
     assert not store.exists(keys.journal(OWNER, "t1", 0), keys.lease(OWNER))
     assert store.zscore(keys.ACTIVE, OWNER) is None
-
-
-def count_round_trips(store, monkeypatch, before=lambda sending: None) -> list[str]:
-    """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
-    commands' names joined by `+`, a write sent ahead (its reply read later) as `EVALSHA ahead` (`before(that)`
-    runs just before it goes). Other threads' are not counted (the live text writer's, the poller's)."""
-    import threading
-
-    from tasks.store.direct import SentAhead
-
-    me = threading.get_ident()
-    trips: list[str] = []
-    command, pipeline, ahead = store.execute_command, store.pipeline, SentAhead.hold
-
-    def counted_ahead(client, script, keys, args):
-        if threading.get_ident() == me:
-            trips.append("EVALSHA ahead")
-            before(trips[-1])
-        return ahead(client, script, keys, args)
-
-    monkeypatch.setattr(SentAhead, "hold", counted_ahead)
-
-    def counting(*args, **options):
-        if threading.get_ident() == me:
-            trips.append(str(args[0]))
-            before(trips[-1])
-        return command(*args, **options)
-
-    def counted_pipeline(*args, **options):
-        pipe = pipeline(*args, **options)
-        execute = pipe.execute
-
-        def sent(*a, **k):
-            if threading.get_ident() == me:
-                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
-                before(trips[-1])
-            return execute(*a, **k)
-
-        pipe.execute = sent
-        return pipe
-
-    store.execute_command, store.pipeline = counting, counted_pipeline
-    return trips
 
 
 @pytest.mark.parametrize("budgeted", [False, True])

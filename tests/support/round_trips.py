@@ -1,0 +1,49 @@
+"""Counting the round trips a thread sends through a redis-py client: each command by its name, each pipeline as its
+commands' names joined by `+`, a write sent ahead as `EVALSHA ahead`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def count_round_trips(store: Any, monkeypatch: Any, before: Callable[[str], None] = lambda sending: None) -> list[str]:
+    """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
+    commands' names joined by `+`, a write sent ahead (its reply read later) as `EVALSHA ahead` (`before(that)`
+    runs just before it goes). Other threads' are not counted (the live text writer's, the poller's)."""
+    from tasks.store.direct import SentAhead
+
+    me = threading.get_ident()
+    trips: list[str] = []
+    command, pipeline, ahead = store.execute_command, store.pipeline, SentAhead.hold
+
+    def counted_ahead(client: Any, script: Any, keys: Any, args: Any) -> Any:
+        if threading.get_ident() == me:
+            trips.append("EVALSHA ahead")
+            before(trips[-1])
+        return ahead(client, script, keys, args)
+
+    monkeypatch.setattr(SentAhead, "hold", counted_ahead)
+
+    def counting(*args: Any, **options: Any) -> Any:
+        if threading.get_ident() == me:
+            trips.append(str(args[0]))
+            before(trips[-1])
+        return command(*args, **options)
+
+    def counted_pipeline(*args: Any, **options: Any) -> Any:
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
+
+        def sent(*a: Any, **k: Any) -> Any:
+            if threading.get_ident() == me:
+                trips.append("+".join(str(c[0][0]) for c in pipe.command_stack))
+                before(trips[-1])
+            return execute(*a, **k)
+
+        pipe.execute = sent
+        return pipe
+
+    store.execute_command, store.pipeline = counting, counted_pipeline
+    return trips
