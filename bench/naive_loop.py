@@ -95,7 +95,10 @@ def naive_beside(stack: Stack, concurrency: int, *, pool: str | None = None, nam
     stack.workers.append(worker)
     worker.start(timeout=60)
     app = Celery("naive-client", broker=stack.url, backend=stack.url)
-    app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json")
+    # redis-py 8 caps a pool at 100 connections unless told otherwise, and `bench.concurrency` awaits 500 results from
+    # 64 threads through Celery's result backend: once in three runs that pool ran out (MaxConnectionsError).
+    app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
+                    redis_max_connections=1024)
     return app, queue, worker
 
 
