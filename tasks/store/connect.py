@@ -37,7 +37,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from config.settings import Settings
 from tasks.store import keys
-from tasks.store.packing import PACKER, PackedConnection, PackedSSLConnection
+from tasks.store.packing import PACKER, PackedConnection, PackedSSLConnection, async_connection_class
 
 # A client that cannot reach the store says so within seconds instead of waiting on the kernel's connect timeout.
 STORE_CONNECT_TIMEOUT = 5.0
@@ -191,8 +191,9 @@ def new_async_store_client(settings: Settings, *, max_connections: int, **option
         )
         return cast(aioredis.Redis, cluster)
     if not settings.sentinels:
+        packed = async_connection_class(settings.redis_url)  # packs as the other clients do (tasks/store/packing.py)
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=max_connections, **options
+            settings.redis_url, max_connections=max_connections, connection_class=packed, **options
         )
         return aioredis.Redis(connection_pool=pool)
     sentinel = AsyncSentinel(settings.sentinels, socket_timeout=5, socket_connect_timeout=5)

@@ -63,3 +63,22 @@ def test_every_store_client_packs_with_it():
         assert client.connection_pool.make_connection()._command_packer is PACKER
     assert PackedConnection(host="h")._command_packer is PACKER
     assert PackedSSLConnection(host="h")._command_packer is PACKER
+
+
+@pytest.mark.parametrize("url", ["redis://h:6390/2", "rediss://h:6390/0", "unix:///tmp/r.sock"])
+def test_a_plain_asyncio_store_client_packs_with_it_too(url):
+    """redis-py's asyncio connections take no `command_packer`: the pool of a plain asyncio client builds connections
+    that set it, of the class its URL's scheme calls for, writing the bytes redis-py's own would."""
+    import redis.asyncio as aioredis
+
+    from tasks.store.connect import new_async_store_client
+
+    client = new_async_store_client(Settings(redis_url=url), max_connections=2)
+    conn = client.connection_pool.make_connection()
+    assert conn._command_packer is PACKER
+    scheme = url.partition(":")[0]
+    own = {"redis": aioredis.Connection, "rediss": aioredis.SSLConnection, "unix": aioredis.UnixDomainSocketConnection}
+    assert isinstance(conn, own[scheme])
+    reference = own[scheme](path="/x") if scheme == "unix" else own[scheme](host="h")
+    args = ("EVALSHA", "0" * 40, 1, "baton:{chat:c}:lease", "tok", "é 日本", 1.5, 10**20, b"\x00\xff")
+    assert _packed(conn.pack_command(*args)) == _packed(reference.pack_command(*args))
