@@ -24,7 +24,6 @@ keeps every safeguard on: journal, ledger, lease and heartbeat, events, repair, 
 
 from __future__ import annotations
 
-import resource
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ from typing import Any
 import psutil
 from celery import Celery
 
-from bench._common import Row, Stack, fmt, judge, median, print_rows
+from bench._common import Row, Stack, cpu_seconds, fmt, judge, median, print_rows
 from tasks.client import Client
 from tests.support.fake_anthropic import Reply, text, tool_call
 from tests.support.fake_rate_limit import FixedWindow
@@ -134,15 +133,14 @@ class CpuMeter:
 
     def __init__(self, worker: Worker, redis_pid: int) -> None:
         main = psutil.Process(worker.proc.pid if worker.proc is not None else 0)
-        self.procs = {"worker main": [main], "pool children": main.children(),
-                      "redis-server": [psutil.Process(redis_pid)]}
+        self.pids = {"worker main": [main.pid], "pool children": [child.pid for child in main.children()],
+                     "redis-server": [redis_pid]}
         self.spent: Counter[str] = Counter()
         self.turns = 0
 
     def _now(self) -> dict[str, float]:
-        now = {place: sum(sum(p.cpu_times()[:2]) for p in procs) for place, procs in self.procs.items()}
-        usage = resource.getrusage(resource.RUSAGE_THREAD)
-        return {**now, "client": usage.ru_utime + usage.ru_stime}
+        now = {place: sum(cpu_seconds(pid) for pid in pids) for place, pids in self.pids.items()}
+        return {**now, "client": time.thread_time()}
 
     def measure(self, turn: Callable[[], float]) -> float:
         before = self._now()
