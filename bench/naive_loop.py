@@ -154,6 +154,29 @@ class CpuMeter:
         return self.spent[place] / max(self.turns, 1) * 1000
 
 
+BLOCK_PLACES = ("this process (client, fake API)", "worker main", "pool children", "redis-server")
+
+
+class BlockCpu(CpuMeter):
+    """The same, over one side's throughput blocks: what a fleet pays a turn when turns come together. This process
+    holds the fake API's threads as well as the client, and its whole CPU is counted, alike for both sides."""
+
+    def _now(self) -> dict[str, float]:
+        now = {place: sum(cpu_seconds(pid) for pid in pids) for place, pids in self.pids.items()}
+        return {**now, BLOCK_PLACES[0]: time.process_time()}
+
+    def block(self, run: Callable[[], float], turns: int) -> float:
+        before = self._now()
+        took = run()
+        after = self._now()
+        self.spent.update({place: after[place] - before[place] for place in BLOCK_PLACES})
+        self.turns += turns
+        return took
+
+    def total(self) -> float:
+        return sum(self.per_turn(place) for place in BLOCK_PLACES)
+
+
 def main(n: int = N, turns: int = TURNS) -> list[Row]:
     with Stack("naive", handler=one_tool_round, BATON_TOOLS="bench.tools:TOOLS") as stack:
         fake = stack.fake
@@ -219,15 +242,22 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
 
         rounds: list[dict[str, float]] = []  # turns/s of each side in each round
         burst_refs = []
-        for block in range(ROUNDS):
+        block_cpu = {"baton": BlockCpu(baton_worker, stack.redis_server.proc.pid),
+                     "naive": BlockCpu(naive_worker, stack.redis_server.proc.pid)}
+
+        def baton_block(block: int) -> float:
             started = time.perf_counter()
             refs = [client.send_message(f"tp-b-{stamp}-{block}-{c}", PROMPT) for c in range(turns)]
             done = [client.wait(ref, timeout=60).status for ref in refs]
-            baton_s = time.perf_counter() - started
             if set(done) != {"completed"}:
                 raise RuntimeError(f"Baton throughput block ended {done}")
+            return time.perf_counter() - started
 
-            naive_s = naive_block(f"tp-n-{stamp}-{block}", naive_queue, turns)
+        for block in range(ROUNDS):
+            baton_s = block_cpu["baton"].block(lambda: baton_block(block), turns)  # noqa: B023
+            naive_s = block_cpu["naive"].block(
+                lambda: naive_block(f"tp-n-{stamp}-{block}", naive_queue, turns), turns  # noqa: B023
+            )
             create_s = naive_block(f"tp-s-{stamp}-{block}", create_queue, turns)
             safe_s = naive_block(f"tp-d-{stamp}-{block}", safe_queue, turns)
 
@@ -282,6 +312,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         b_ms = sum(cpu["baton"].per_turn(p) for p in PLACES) if place == "total" else cpu["baton"].per_turn(place)
         n_ms = sum(cpu["naive"].per_turn(p) for p in PLACES) if place == "total" else cpu["naive"].per_turn(place)
         print(f"    {place:<14} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
+    print("  CPU per turn by process, ms (the throughput blocks, turns together):", flush=True)
+    for place in (*BLOCK_PLACES, "total"):
+        b_ms = block_cpu["baton"].total() if place == "total" else block_cpu["baton"].per_turn(place)
+        n_ms = block_cpu["naive"].total() if place == "total" else block_cpu["naive"].per_turn(place)
+        print(f"    {place:<31} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
     print(f"  naive loop without streaming (messages.create): latency p50 {fmt(s50)} ms (Baton ÷ it "
           f"{fmt(b50 / s50)}x), {fmt(s_tps)} turns/s (Baton ÷ it {fmt(vs_create)}x)", flush=True)
     print(f"  naive loop made durable (lock, journal): latency p50 {fmt(d50)} ms ({fmt(d50 / n50)}x naive; Baton ÷ "
@@ -304,6 +339,9 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         Row("CPU per turn, these four processes: Baton ÷ naive",
             sum(cpu["baton"].per_turn(p) for p in PLACES) / max(sum(cpu["naive"].per_turn(p) for p in PLACES), 1e-9),
             "x", "—", "info"),
+        Row("CPU per turn over the throughput blocks (client and fake API, worker, redis-server): Baton ÷ naive",
+            block_cpu["baton"].total() / max(block_cpu["naive"].total(), 1e-9), "x", "—",
+            f"info ({fmt(block_cpu['baton'].total())} vs {fmt(block_cpu['naive'].total())} ms)"),
         Row("naive loop without streaming (messages.create) latency (p50)", s50, "ms", "—", "info"),
         Row("turn latency ÷ naive without streaming (p50)", b50 / s50, "x", "—", "info"),
         Row(f"Baton turns/s, {turns} distinct chats, 1 worker x 2 (median of {ROUNDS} rounds)", b_tps, "turns/s", "—",
