@@ -126,55 +126,43 @@ PLACES = ("client", "worker main", "pool children", "redis-server")
 
 
 class CpuMeter:
-    """CPU seconds each process spends on one side's turns, taken around each turn: the client's own thread, the
-    worker's main process, its pool children, the redis-server. One turn at a time, so what a process does between
-    turns (the other side's turns, idle polls) is left out, and a turn's latency is close to their sum on a machine
-    whose cores the turn's processes take turns on."""
+    """CPU seconds each process spends on one side's turns, taken around each turn (or block of turns): the client's
+    (`client`: its name and clock), the worker's main process, its pool children, the redis-server. One turn at a
+    time, so what a process does between turns (the other side's turns, idle polls) is left out, and a turn's latency
+    is close to their sum on a machine whose cores the turn's processes take turns on."""
 
-    def __init__(self, worker: Worker, redis_pid: int) -> None:
+    def __init__(self, worker: Worker, redis_pid: int,
+                 client: tuple[str, Callable[[], float]] = ("client", time.thread_time)) -> None:
         main = psutil.Process(worker.proc.pid if worker.proc is not None else 0)
         self.pids = {"worker main": [main.pid], "pool children": [child.pid for child in main.children()],
                      "redis-server": [redis_pid]}
+        self.client_place, self.client_clock = client
+        self.places = (self.client_place, *self.pids)
         self.spent: Counter[str] = Counter()
         self.turns = 0
 
     def _now(self) -> dict[str, float]:
         now = {place: sum(cpu_seconds(pid) for pid in pids) for place, pids in self.pids.items()}
-        return {**now, "client": time.thread_time()}
+        return {**now, self.client_place: self.client_clock()}
 
-    def measure(self, turn: Callable[[], float]) -> float:
+    def measure(self, run: Callable[[], float], turns: int = 1) -> float:
         before = self._now()
-        took = turn()
+        took = run()
         after = self._now()
-        self.spent.update({place: after[place] - before[place] for place in PLACES})
-        self.turns += 1
+        self.spent.update({place: after[place] - before[place] for place in self.places})
+        self.turns += turns
         return took
 
     def per_turn(self, place: str) -> float:
         return self.spent[place] / max(self.turns, 1) * 1000
 
-
-BLOCK_PLACES = ("this process (client, fake API)", "worker main", "pool children", "redis-server")
-
-
-class BlockCpu(CpuMeter):
-    """The same, over one side's throughput blocks: what a fleet pays a turn when turns come together. This process
-    holds the fake API's threads as well as the client, and its whole CPU is counted, alike for both sides."""
-
-    def _now(self) -> dict[str, float]:
-        now = {place: sum(cpu_seconds(pid) for pid in pids) for place, pids in self.pids.items()}
-        return {**now, BLOCK_PLACES[0]: time.process_time()}
-
-    def block(self, run: Callable[[], float], turns: int) -> float:
-        before = self._now()
-        took = run()
-        after = self._now()
-        self.spent.update({place: after[place] - before[place] for place in BLOCK_PLACES})
-        self.turns += turns
-        return took
-
     def total(self) -> float:
-        return sum(self.per_turn(place) for place in BLOCK_PLACES)
+        return sum(self.per_turn(place) for place in self.places)
+
+
+# Over the throughput blocks this process's whole CPU is counted: it holds the fake API's threads beside the client,
+# alike for both sides. What a fleet pays a turn when turns come together.
+WHOLE_PROCESS = ("this process (client, fake API)", time.process_time)
 
 
 def main(n: int = N, turns: int = TURNS) -> list[Row]:
@@ -242,8 +230,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
 
         rounds: list[dict[str, float]] = []  # turns/s of each side in each round
         burst_refs = []
-        block_cpu = {"baton": BlockCpu(baton_worker, stack.redis_server.proc.pid),
-                     "naive": BlockCpu(naive_worker, stack.redis_server.proc.pid)}
+        block_cpu = {"baton": CpuMeter(baton_worker, stack.redis_server.proc.pid, WHOLE_PROCESS),
+                     "naive": CpuMeter(naive_worker, stack.redis_server.proc.pid, WHOLE_PROCESS)}
 
         def baton_block(block: int) -> float:
             started = time.perf_counter()
@@ -254,8 +242,8 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
             return time.perf_counter() - started
 
         for block in range(ROUNDS):
-            baton_s = block_cpu["baton"].block(lambda: baton_block(block), turns)  # noqa: B023
-            naive_s = block_cpu["naive"].block(
+            baton_s = block_cpu["baton"].measure(lambda: baton_block(block), turns)  # noqa: B023
+            naive_s = block_cpu["naive"].measure(
                 lambda: naive_block(f"tp-n-{stamp}-{block}", naive_queue, turns), turns  # noqa: B023
             )
             create_s = naive_block(f"tp-s-{stamp}-{block}", create_queue, turns)
@@ -309,11 +297,11 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
           flush=True)
     print("  CPU per turn by process, ms (the latency turns; the fake API's left out):", flush=True)
     for place in (*PLACES, "total"):
-        b_ms = sum(cpu["baton"].per_turn(p) for p in PLACES) if place == "total" else cpu["baton"].per_turn(place)
-        n_ms = sum(cpu["naive"].per_turn(p) for p in PLACES) if place == "total" else cpu["naive"].per_turn(place)
+        b_ms = cpu["baton"].total() if place == "total" else cpu["baton"].per_turn(place)
+        n_ms = cpu["naive"].total() if place == "total" else cpu["naive"].per_turn(place)
         print(f"    {place:<14} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
     print("  CPU per turn by process, ms (the throughput blocks, turns together):", flush=True)
-    for place in (*BLOCK_PLACES, "total"):
+    for place in (*block_cpu["baton"].places, "total"):
         b_ms = block_cpu["baton"].total() if place == "total" else block_cpu["baton"].per_turn(place)
         n_ms = block_cpu["naive"].total() if place == "total" else block_cpu["naive"].per_turn(place)
         print(f"    {place:<31} Baton {b_ms:6.2f}  naive {n_ms:6.2f}  {b_ms - n_ms:+6.2f}", flush=True)
@@ -337,7 +325,7 @@ def main(n: int = N, turns: int = TURNS) -> list[Row]:
         *(Row(f"CPU per turn, {place}: Baton", cpu["baton"].per_turn(place), "ms", "—",
               f"info (naive {fmt(cpu['naive'].per_turn(place))} ms)") for place in PLACES),
         Row("CPU per turn, these four processes: Baton ÷ naive",
-            sum(cpu["baton"].per_turn(p) for p in PLACES) / max(sum(cpu["naive"].per_turn(p) for p in PLACES), 1e-9),
+            cpu["baton"].total() / max(cpu["naive"].total(), 1e-9),
             "x", "—", "info"),
         Row("CPU per turn over the throughput blocks (client and fake API, worker, redis-server): Baton ÷ naive",
             block_cpu["baton"].total() / max(block_cpu["naive"].total(), 1e-9), "x", "—",
