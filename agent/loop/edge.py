@@ -45,6 +45,11 @@ class Edge(Protocol):
         """
         ...
 
+    def round_done(self) -> None:
+        """A round of tools ended, every result recorded; the next model step follows. The edge may start now what
+        that step's call needs before it is sent (its preflight), and finish it when the call asks."""
+        ...
+
     def keep_files(self, files: Mapping[str, bytes]) -> None:
         """Store files (SHA-256 -> bytes) beside the unit's owner, where its requests read them (a tool's images),
         before the step that refers to them is journaled."""

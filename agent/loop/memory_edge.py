@@ -29,6 +29,9 @@ class MemoryEdge:
         self.events.extend(events)
         self.writes += 1
 
+    def round_done(self) -> None:
+        """Nothing to start ahead in memory."""
+
     def keep_files(self, files: Mapping[str, bytes]) -> None:
         self.files.update(files)
 

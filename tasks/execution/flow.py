@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from agent.agents.pinning import Choice
 from agent.agents.resolved import Resolved
 from agent.errors import AwaitingApproval, Cancelled, LeaseLost
 from agent.loop.cancel import CancelToken
-from agent.loop.edge import LoopFailure
+from agent.loop.edge import LoopConfig, LoopFailure
 from agent.loop.failures import classify
 from agent.loop.policy import Driver, policy_for
 from agent.loop.run import run_loop
@@ -327,8 +327,10 @@ class Execution(Starting, Seeding, RateWaiting):
         tools = self._tools(rec, agent)
         provider = wiring.build_provider(settings, self.client, agent)
         if isinstance(provider, LimitedProvider) and journal.flags is not None and self.watcher is not None:
-            # Every model call has a preflight: a read tool's result rides the next one's (`Flags.later`).
+            # Every model call has a preflight: a read tool's result rides the next one's (`Flags.later`), sent at
+            # the round's end with what that preflight asks, where it needs nothing of the request.
             journal.flags.later = self.watcher.read_with_next_call
+            journal.asks = self._asks(rec, config, agent)
         try:
             run_loop(
                 history,
@@ -357,6 +359,17 @@ class Execution(Starting, Seeding, RateWaiting):
         except RateLimited as wait:
             return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
+
+    def _asks(self, rec: UnitRecord, config: LoopConfig, agent: Resolved | None) -> Callable[[], Ask] | None:
+        """What a later model call's preflight asks (tasks/store/ahead.py), for the round of read tools before it to
+        send at its end; None when the agent's admission needs the request (rate limits of its own)."""
+        resolved = agent or wiring.agents(self.settings).get(None)
+        gate = wiring.gate_ahead(self.settings, self.client, resolved) if resolved is not None else None
+        if gate is None:
+            return None
+        owner = self.unit.owner_id
+        budget_keys = applying(owner, unit_scopes(owner, rec.user, rec.agent))  # as the unit's reservations read them
+        return lambda: Ask(gate.ahead(config.model, config.max_tokens), budget_keys)
 
     def _journal(self, rec: UnitRecord, loaded: Loaded) -> RedisJournal:
         """The unit's journal as its lease read it; the loop's look after a tool round rides the round's last result

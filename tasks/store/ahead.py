@@ -1,4 +1,5 @@
-"""A unit's first model call asked for in its take's round trip: the gate's admission and whether any budget applies.
+"""A model call's preflight asked for ahead of it: the first in its unit's take's round trip, a later one at the end of
+the round of read tools before it (`round_ahead`): the gate's admission and whether any budget applies.
 
 Every model call has a preflight before it is sent (tasks/store/preflight.py): the budgets' reservation and the rate
 gate's admission. For the first call of a unit's first start, what both need is known before the take: the endpoint
@@ -15,6 +16,10 @@ millisecond starts counting with the unit's next attempt (as one set while an at
 with rate limits of its own is admitted with its request's weights, known only once the request is planned: it asks
 as before. An admission asked for and not used (the unit did not start, or started as another agent or model)
 counted one request in the endpoint's shared count: the fleet sends a little less, never more.
+
+A later call's preflight carries the round's read results (its lead) and so a round trip of its own; asked at the
+round's end with that write, the round trip overlaps the planning of the request (`round_ahead`), and the call reads
+the replies before it is sent. A budget set in that millisecond counts from the unit's next attempt, as above.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from tasks.store.direct import Call, in_one_trip, raised
+from tasks.store.direct import Call, InFlight, SentAhead, in_one_trip, raised
 from tasks.store.preflight import PREFLIGHT, Asked
 
 ScriptCall = tuple[Script, list[str], list[Any]]
@@ -49,24 +54,68 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask, behind: Call) -
     the take's reply (an error of it raised) and `behind`'s (an error as a value). What the reads answered is left
     on this thread for the first model call; a read that failed is asked again by it."""
     script, keys, args = take
-    calls = [Call.script(client, script, keys, args), behind]
+    at = time.monotonic()
+    # a server that lost its scripts: each runs again, loading it
+    replies = in_one_trip(client, [Call.script(client, script, keys, args), behind, *_reads(client, ask)])
+    taken = raised(replies[0])
+    PREFLIGHT.asked(_answered(ask, replies[2:], at))
+    return taken, replies[1]
+
+
+def round_ahead(client: redis.Redis, ask: Ask) -> None:
+    """At the end of a round whose read tools' results wait for the next model call's preflight (its lead, held on
+    the unit's fence): send that write now, with `ask`'s reads for the call, and leave their replies for the
+    preflight to read (`Preflight.flying`). The round trip then overlaps the planning of the call's request instead
+    of coming after it; the call is still sent only once the preflight has read them all: the write confirmed (a
+    lost lease raises there, as before), the stop and drain flags it read acted on, the admission and the budgets'
+    absence taken as the take's are. Nothing is sent ahead while a reservation waits, or once a budget of the unit
+    was seen: its reservation needs a round trip of its own anyway. The fence's next write, if it comes first (a
+    park, the settle), reads the write's reply itself."""
+    lead = PREFLIGHT.take_lead()
+    if lead is None:
+        return
+    calls = _reads(client, ask)
+    with lead.sending() as first:
+        if first is None:  # its batch rode a commit already: the call asks as it would have
+            return
+        calls.insert(0, Call.script(client, *first))
+        at = time.monotonic()
+        sent = InFlight.send(client, calls)
+        if sent is not None:
+            lead.sent_ahead(SentAhead(sent, 0))
+    if sent is None:  # a client that holds one connection: the round trip now
+        replies = in_one_trip(client, calls)
+        lead.answer(raised(replies[0]))
+        PREFLIGHT.asked(_answered(ask, replies[1:], at))
+        return
+
+    def land() -> None:
+        replies = sent.replies()
+        lead.answer(raised(replies[0]))
+        PREFLIGHT.asked(_answered(ask, replies[1:], at))
+
+    PREFLIGHT.flying(land)
+
+
+def _reads(client: redis.Redis, ask: Ask) -> list[Call]:
+    """`ask`'s calls: the gate's admission, if asked, then the budget keys' `EXISTS`."""
+    calls = []
     if ask.admission is not None:
         _, admit, admit_keys, admit_args = ask.admission
         calls.append(Call.script(client, admit, admit_keys, admit_args))
     budget_keys = ask.budget_keys
     calls.append(Call(("EXISTS", *budget_keys), budget_keys[0], lambda: client.exists(*budget_keys)))
-    at = time.monotonic()
-    replies = in_one_trip(client, calls)  # a server that lost its scripts: each runs again, loading it
-    taken = raised(replies[0])
-    admission = replies[2] if ask.admission is not None else None
+    return calls
+
+
+def _answered(ask: Ask, replies: list[Any], at: float) -> Asked:
+    """What `ask`'s calls, sent at `at` (monotonic), answered: an error reply is asked again by the call."""
+    admission = replies[0] if ask.admission is not None else None
     exists = replies[-1]
-    PREFLIGHT.asked(
-        Asked(
-            ask.admission[0] if ask.admission is not None else "",
-            None if isinstance(admission, Exception) else admission,
-            tuple(ask.budget_keys),
-            None if isinstance(exists, Exception) else int(exists) == 0,
-            at,
-        )
+    return Asked(
+        ask.admission[0] if ask.admission is not None else "",
+        None if isinstance(admission, Exception) else admission,
+        tuple(ask.budget_keys),
+        None if isinstance(exists, Exception) else int(exists) == 0,
+        at,
     )
-    return taken, replies[1]

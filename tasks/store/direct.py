@@ -23,6 +23,7 @@ through the client at once, so it is written before the caller goes on, as when 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +73,14 @@ class _Leg:
 
 
 class InFlight:
-    """Calls sent, each on a connection held from its server's pool until `replies` (or `drop`)."""
+    """Calls sent, each on a connection held from its server's pool until `replies` (or `drop`). Their replies are
+    read once, by whichever of the calls' owners asks first (a write sent ahead and the reads that went with it have
+    different readers, on different threads at times): a later `replies` returns the same."""
 
     def __init__(self, calls: list[Call], legs: list[_Leg], done: dict[int, Any]) -> None:
         self._calls, self._legs, self._done = calls, legs, done
+        self._read: list[Any] | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def send(cls, client: Any, calls: list[Call]) -> InFlight | None:
@@ -117,6 +122,12 @@ class InFlight:
     def replies(self) -> list[Any]:
         """Every call's reply, in the order sent; an error reply is returned as its exception, not raised. The
         connections go back to their pools."""
+        with self._lock:
+            if self._read is None:
+                self._read = self._replies()
+            return self._read
+
+    def _replies(self) -> list[Any]:
         out = dict(self._done)
         legs, self._legs = self._legs, []
         try:
@@ -146,10 +157,11 @@ class InFlight:
     def drop(self) -> None:
         """Give the connections back without reading the replies (the execution ends): closed, so no later command
         reads these replies as its own."""
-        legs, self._legs = self._legs, []
-        for leg in legs:
-            leg.conn.disconnect()
-            leg.pool.release(leg.conn)
+        with self._lock:
+            legs, self._legs = self._legs, []
+            for leg in legs:
+                leg.conn.disconnect()
+                leg.pool.release(leg.conn)
 
 
 class RoutedScript(Script):
@@ -163,10 +175,10 @@ class RoutedScript(Script):
 
 
 class SentAhead:
-    """One script call in flight (see the module)."""
+    """One script call in flight (see the module): alone, or the `index`th of calls sent together."""
 
-    def __init__(self, sent: InFlight) -> None:
-        self._sent = sent
+    def __init__(self, sent: InFlight, index: int = 0) -> None:
+        self._sent, self._index = sent, index
 
     @classmethod
     def hold(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> SentAhead | None:
@@ -178,7 +190,7 @@ class SentAhead:
 
     def reply(self) -> Any:
         """The call's reply; the connection goes back to the pool (an error reply is raised)."""
-        return raised(self._sent.replies()[0])
+        return raised(self._sent.replies()[self._index])
 
     def drop(self) -> None:
         self._sent.drop()

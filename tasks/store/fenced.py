@@ -261,6 +261,11 @@ class Fence:
                 return
             yield self._script, *self._call(self._ahead(held=True).extend(reads))
 
+    def riding_ahead(self, sent: SentAhead) -> None:
+        """Inside `riding`: the write it yielded went out without waiting for its reply (`sent`), which the next write
+        of this fence reads first, as it does a write sent ahead (`send_ahead`)."""
+        self._ahead_sent = sent
+
     def answered(self, reply: Any) -> list[Any]:
         """The replies of a `riding` write's reads, or `LeaseLost` when it wrote nothing."""
         self._owned(reply)

@@ -21,6 +21,8 @@ from agent.events import encode_event
 from agent.loop.edge import EventDraft
 from agent.messages.media import encode
 from tasks.store import keys
+from tasks.store.ahead import Ask, round_ahead
+from tasks.store.direct import SentAhead
 from tasks.store.failover import master_of
 from tasks.store.fenced import Batch, Fence, ReplicationUnconfirmed
 from tasks.store.preflight import PREFLIGHT
@@ -72,6 +74,9 @@ class Riding:
         except LeaseLost as lost:  # the step sent ahead of this round found it lost: the attempt is not sent either
             raise LeaseLostUnsent(str(lost)) from None
 
+    def sent_ahead(self, sent: SentAhead) -> None:
+        self.fence.riding_ahead(sent)
+
     def answer(self, reply: Any) -> None:
         try:
             stop, draining = self.fence.answered(reply)
@@ -115,6 +120,9 @@ class RedisJournal:
         self.sentinel = self.master is not None
         self.min_replicas = min_replicas
         self.flags: Flags | None = None  # set by the execution once its watcher is up
+        # What the next model call's preflight asks, for a round's end to send ahead (`round_done`); set by the
+        # execution when every call of the unit has one whose admission needs nothing of the request.
+        self.asks: Callable[[], Ask] | None = None
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
         """A decision on a call that waited for approval (read once per execution: decisions only arrive
@@ -218,6 +226,12 @@ class RedisJournal:
             name=name,
             waits=waits,
         )
+
+    def round_done(self) -> None:
+        """A round's results are all journaled or held: a read tool's result held for the next model call's preflight
+        goes now, with what that preflight asks (tasks/store/ahead.py), its replies read by the preflight."""
+        if self.asks is not None:
+            round_ahead(self._client, self.asks())
 
     def unreplicated(self) -> list[str]:
         """The tool_use_ids of this generation's write tools that ran with no replica to confirm their entry."""

@@ -22,6 +22,8 @@ A unit's first model call may have been asked for already, in the take's round t
 the gate's admission of the endpoint and model the unit starts with, and whether any budget of the unit exists. The
 first reservation and admission on the thread then take those replies (`no_budget`, `admitted`) instead of a round
 trip of their own, if they ask for the same keys within `AHEAD_SECONDS` of the take; otherwise they ask as before.
+So may every later call's, asked at the end of the round of read tools before it with that round's lead (`flying`):
+the round trip then overlaps the planning of the call's request, and the preflight reads what came back.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, Protocol
 
 from redis.commands.core import Script
 
+from tasks.store.direct import SentAhead
 from tasks.store.scripts import scripts_in_one_trip
 
 
@@ -74,6 +77,10 @@ class Lead(Protocol):
     def answer(self, reply: Any) -> None:
         """Act on its reply (may raise)."""
 
+    def sent_ahead(self, sent: SentAhead) -> None:
+        """Inside `sending`: the call went out without waiting for its reply (`sent`), read by the next preflight or
+        by its own store's next write, whichever comes first."""
+
 
 class Preflight:
     """The calls waiting on each thread (a unit's attempts run on one thread: a prefork child's, a threads pool's
@@ -94,15 +101,41 @@ class Preflight:
     def lead(self, write: Lead) -> None:
         """`write` goes first in this thread's next round trip. One at a time: a later lead replaces it, and its write
         carries every batch its fence still holds (a round's earlier results too)."""
+        self._land()
         self._local.lead = write
 
     def forget(self) -> None:
-        """Drop what waits on this thread, at the end of an execution: nothing of it may ride the next one's."""
+        """Drop what waits on this thread, at the end of an execution: nothing of it may ride the next one's. (A lead
+        in flight is its fence's to drop: `Fence.drop_ahead`.)"""
         self._local.waiting, self._local.lead, self._local.asked = [], None, None
+        self._local.flight, self._local.budgeted = None, False
 
     def asked(self, asked: Asked) -> None:
-        """What the take asked for this thread's next model call (see the module)."""
+        """What the take, or a round's end, asked for this thread's next model call (see the module)."""
         self._local.asked = asked
+        if asked.no_budget is False:
+            self._local.budgeted = True
+
+    def take_lead(self) -> Lead | None:
+        """The lead, for a round's end to send with its asks (`flying`), when nothing else waits for the next round
+        trip and no budget of the unit was seen: a reservation needs the trip anyway, with an admission of its own."""
+        self._land()
+        lead: Lead | None = getattr(self._local, "lead", None)
+        if lead is None or self._waiting() or getattr(self._local, "budgeted", False):
+            return None
+        self._local.lead = None
+        return lead
+
+    def flying(self, land: Callable[[], None]) -> None:
+        """What a round's end sent for this thread's next model call, in flight: `land` reads its replies and acts on
+        them (the lead's answer, then `asked`), at the next preflight, before anything else of it."""
+        self._local.flight = land
+
+    def _land(self) -> None:
+        land: Callable[[], None] | None = getattr(self._local, "flight", None)
+        if land is not None:
+            self._local.flight = None
+            land()
 
     def _fresh(self) -> Asked | None:
         asked: Asked | None = getattr(self._local, "asked", None)
@@ -113,6 +146,7 @@ class Preflight:
     def no_budget(self, budget_keys: list[str]) -> bool:
         """True when the take read that none of `budget_keys` exists. Only the first reservation after the take asks:
         its answer is spent either way."""
+        self._land()
         asked = self._fresh()
         if asked is None or asked.no_budget is None:
             return False
@@ -123,6 +157,7 @@ class Preflight:
         """The gate's reply the take had for `state_key`, or None: ask. Only the first admission after the take asks
         (its reply is spent either way), and not while a reservation or a lead waits on this thread: they need the round
         trip anyway, and the admission it carries counts the attempt once more (the fleet sends a little less)."""
+        self._land()
         asked = self._fresh()
         self._local.asked = None
         if asked is None or asked.admission is None or asked.state_key != state_key:
@@ -142,6 +177,7 @@ class Preflight:
     def run(self, client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
         """Run `script` with every call waiting on this thread ahead of it, in one round trip; the waiting calls'
         replies are answered first (a refusal raises before `script`'s reply is returned)."""
+        self._land()
         waiting = self._waiting()
         calls, self._local.waiting = list(waiting), []
         lead: Lead | None = getattr(self._local, "lead", None)

@@ -1,5 +1,6 @@
 """Counting the round trips a thread sends through a redis-py client: each command by its name, each pipeline as its
-commands' names joined by `+`, a write sent ahead as `EVALSHA ahead`."""
+commands' names joined by `+`, calls sent ahead (their replies read later) as their names joined by `+` and ` ahead`
+(a write sent ahead: `EVALSHA ahead`)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,22 @@ from typing import Any
 
 def count_round_trips(store: Any, monkeypatch: Any, before: Callable[[str], None] = lambda sending: None) -> list[str]:
     """The round trips the calling thread sends from here on: each command by its name, each pipeline as its
-    commands' names joined by `+`, a write sent ahead (its reply read later) as `EVALSHA ahead` (`before(that)`
-    runs just before it goes). Other threads' are not counted (the live text writer's, the poller's)."""
-    from tasks.store.direct import SentAhead
+    commands' names joined by `+`, calls sent ahead (their replies read later) as their names joined by `+` and
+    ` ahead` (`before(that)` runs just before it goes). Other threads' are not counted (the live text writer's, the
+    poller's)."""
+    from tasks.store.direct import InFlight
 
     me = threading.get_ident()
     trips: list[str] = []
-    command, pipeline, ahead = store.execute_command, store.pipeline, SentAhead.hold
+    command, pipeline, ahead = store.execute_command, store.pipeline, InFlight.send
 
-    def counted_ahead(client: Any, script: Any, keys: Any, args: Any) -> Any:
+    def counted_ahead(client: Any, calls: Any) -> Any:
         if threading.get_ident() == me:
-            trips.append("EVALSHA ahead")
+            trips.append("+".join(str(call.command[0]) for call in calls) + " ahead")
             before(trips[-1])
-        return ahead(client, script, keys, args)
+        return ahead(client, calls)
 
-    monkeypatch.setattr(SentAhead, "hold", counted_ahead)
+    monkeypatch.setattr(InFlight, "send", counted_ahead)
 
     def counting(*args: Any, **options: Any) -> Any:
         if threading.get_ident() == me:

@@ -137,3 +137,47 @@ def test_a_lease_that_expired_with_no_new_holder_also_refuses_the_write(client):
     with pytest.raises(LeaseLost):
         journal.record("model:0", {"kind": "model", "status": "done"}, [("run.step", {"step": "model:0"})])
     assert not client.exists(keys.journal(OWNER, RUN, 0)) and not client.exists(keys.events(OWNER))
+
+
+def test_a_read_result_sent_at_a_rounds_end_is_confirmed_by_whichever_reads_first(client):
+    """A read tool's result held for the next model call's preflight is sent at the round's end with that preflight's
+    reads (`round_done`); its reply is read once, by the preflight or by the fence's next write, whichever comes
+    first (a round the loop does not follow with a call: the settle). Either way the result is in the store, and a
+    lease lost before it was written is raised by the first to read."""
+    from agent.errors import LeaseLostUnsent
+    from tasks.store.ahead import Ask
+    from tasks.store.fenced import Batch
+    from tasks.store.journal import Flags
+    from tasks.store.preflight import PREFLIGHT
+
+    def held_round(journal: RedisJournal) -> list[tuple[str | None, bool]]:
+        seen: list[tuple[str | None, bool]] = []
+        journal.flags = Flags(keys.stop(OWNER), "drain:w", read=lambda stop, draining: None,
+                              later=lambda: lambda stop, draining: seen.append((stop, draining)))
+        journal.asks = lambda: Ask(None, ["budget:all"])
+        journal.record("tool:t1", {"kind": "tool", "status": "done", "name": "look"}, [])
+        assert not client.hexists(keys.journal(OWNER, RUN, 0), "tool:t1")  # held for the next preflight
+        journal.round_done()
+        return seen
+
+    try:
+        journal = _journal(client)
+        seen = held_round(journal)
+        client.set(keys.stop(OWNER), "r1")  # after the write was sent: the flags it read said nothing
+        journal._fence.commit(Batch().add("SET", keys.record(OWNER, RUN), "settled"))  # the settle reads it first
+        assert client.hexists(keys.journal(OWNER, RUN, 0), "tool:t1")
+        assert PREFLIGHT.no_budget(["budget:all"]) is True  # the preflight still takes what was asked, once
+        assert seen == [(None, False)]
+
+        PREFLIGHT.forget()
+        client.delete(keys.journal(OWNER, RUN, 0), keys.stop(OWNER))
+        stale = _journal(client, token="token-old")  # another execution holds the lease now
+        held_round(stale)
+        with pytest.raises(LeaseLost):
+            stale._fence.commit(Batch().add("SET", keys.record(OWNER, RUN), "stale"))
+        with pytest.raises(LeaseLostUnsent):
+            PREFLIGHT.no_budget(["budget:all"])
+        assert not client.hexists(keys.journal(OWNER, RUN, 0), "tool:t1")
+        assert client.get(keys.record(OWNER, RUN)) == b"settled"
+    finally:
+        PREFLIGHT.forget()

@@ -194,6 +194,74 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
     assert [r["content"] for r in results] == ["value-of-a"], transcript
 
 
+@pytest.mark.parametrize("case", ["ahead", "stopped", "lease lost", "budgeted"])
+def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is_planned(store, monkeypatch, case):
+    """Where the next model call's preflight needs nothing of its request (no rate limits of the agent's own), the
+    round's end sends it with the read tool's result, before the request is planned: the planning overlaps the round
+    trip, and the call reads its replies before it is sent. A stop pressed while the tool ran is seen there, and the
+    call never sent; so is a lease lost since the take (the execution ends writing nothing more). Once a budget of
+    the unit was seen, nothing is sent ahead: its reservation asks as before, with the result and an admission."""
+    from agent.loop import model_step
+    from agent.provider.rate_gate import LimitedProvider
+    from agent.provider.scripted import reply_tool
+    from tasks.store import rate_limits
+    from tasks.store.rate_limits import RedisGate
+
+    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
+        store.script_load(script)
+    if case == "budgeted":
+        budgets.set_budget(store, "all", None, 1_000_000, "month")
+    gate = RedisGate(store, "anthropic|local|k")
+    provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
+    gated = LimitedProvider(provider, gate, limits=None, max_wait=5.0)
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
+    monkeypatch.setattr(wiring, "gate_ahead", lambda s, c, a: gate)
+    plan = model_step.plan_request
+
+    def planned(*args, **kwargs):  # type: ignore[no-untyped-def]
+        trips.append("plan")
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(model_step, "plan_request", planned)
+    command = store.execute_command
+
+    def before(sending: str) -> None:
+        if sending == "EVALSHA+EVALSHA+EXISTS ahead" and case == "stopped":
+            command("SET", keys.stop(OWNER), "t1")
+        if sending == "EVALSHA+EVALSHA+EXISTS ahead" and case == "lease lost":
+            command("SET", keys.lease(OWNER), "another execution's token")
+
+    queue_turn(store)
+    store.hset(keys.record(OWNER, "t1"), "user", json.dumps("ann"))
+    trips = count_round_trips(store, monkeypatch, before=before)
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1",
+                        user="ann").run()
+    asked = f"{TAKE}+EVALSHA+EXISTS"  # the take, with the first call's admission and the budgets' existence
+    if case == "budgeted":
+        assert outcome.reason == "completed"
+        # each call's reservation with an admission (the second's behind the tool's result), then its settlement
+        assert trips == [asked, "plan", "EVALSHA+EVALSHA", "EVALSHA", "EVALSHA ahead", "plan",
+                         "EVALSHA+EVALSHA+EVALSHA", "EVALSHA", "EVALSHA"], trips
+        assert budgets.read_budget(store, "all")["reserved_tokens"] == 0
+        return
+    # the take; the model step sent ahead of its read tool; the tool's result with the next call's admission and
+    # the budgets' existence, sent before that request is planned; the settle (a stop's reads its reason first;
+    # none after a lost lease)
+    ahead = [asked, "plan", "EVALSHA ahead", "EVALSHA+EVALSHA+EXISTS ahead", "plan"]
+    assert trips == ahead + {"ahead": ["EVALSHA"], "stopped": ["HGET", "EVALSHA"], "lease lost": []}[case], trips
+    results = [b for m in store.lrange(keys.transcript(OWNER), 0, -1) for b in json.loads(m)["content"]
+               if b.get("type") == "tool_result"]
+    if case == "ahead":
+        assert outcome.reason == "completed" and len(provider.requests) == 2
+        assert [r["content"] for r in results] == ["value-of-a"]
+    elif case == "stopped":
+        assert outcome.reason == "stopped" and len(provider.requests) == 1  # the second call was never sent
+        assert [r["content"] for r in results] == ["value-of-a"]  # the result is kept
+    else:
+        assert outcome.reason == "lease lost" and len(provider.requests) == 1
+        assert json.loads(store.hget(keys.record(OWNER, "t1"), "status")) == "running"  # nothing more written
+
+
 @pytest.mark.parametrize(("called", "expected"), [
     (["look"], ["look ran", "answer confirmed"]),
     (["note"], ["answer confirmed", "note ran"]),
