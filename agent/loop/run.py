@@ -84,7 +84,8 @@ def run_loop(
             raise Cancelled(stopped.reason) from None
         state.messages.append(Message(role="user", content=tuple(results), turn_id=config.turn_id))
         state.rounds_used += 1
-        edge.round_done()
+        if edge.recorded(f"model:{state.rounds_used}") is None:  # a journaled next step is replayed: no call
+            edge.round_done()
         cancel.look()
         _stop_unless_replaying(cancel, edge, state)
 

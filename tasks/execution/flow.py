@@ -327,10 +327,10 @@ class Execution(Starting, Seeding, RateWaiting):
         tools = self._tools(rec, agent)
         provider = wiring.build_provider(settings, self.client, agent)
         if isinstance(provider, LimitedProvider) and journal.flags is not None and self.watcher is not None:
-            # Every model call has a preflight: a read tool's result rides the next one's (`Flags.later`), sent at
-            # the round's end with what that preflight asks, where it needs nothing of the request.
+            # Every model call has a preflight: a read tool's result rides the next one's (`Flags.later`).
             journal.flags.later = self.watcher.read_with_next_call
-            journal.asks = self._asks(rec, config, agent)
+        # What a later call's preflight asks goes at the end of the round before it (with the results it carries).
+        journal.asks = self._asks(rec, config, agent, gated=isinstance(provider, LimitedProvider))
         try:
             run_loop(
                 history,
@@ -360,16 +360,18 @@ class Execution(Starting, Seeding, RateWaiting):
             return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
 
-    def _asks(self, rec: UnitRecord, config: LoopConfig, agent: Resolved | None) -> Callable[[], Ask] | None:
-        """What a later model call's preflight asks (tasks/store/ahead.py), for the round of read tools before it to
-        send at its end; None when the agent's admission needs the request (rate limits of its own)."""
+    def _asks(self, rec: UnitRecord, config: LoopConfig, agent: Resolved | None, *, gated: bool
+              ) -> Callable[[], Ask] | None:
+        """What a later model call's preflight asks (tasks/store/ahead.py), for the round before it to send at its end:
+        whether a budget of the unit exists, and the gate's admission (`gated`: the calls have one). None where the
+        admission needs the request (rate limits of the agent's own): its round trip carries the rest, as before."""
         resolved = agent or wiring.agents(self.settings).get(None)
         gate = wiring.gate_ahead(self.settings, self.client, resolved) if resolved is not None else None
-        if gate is None:
+        if gated and gate is None:
             return None
         owner = self.unit.owner_id
         budget_keys = applying(owner, unit_scopes(owner, rec.user, rec.agent))  # as the unit's reservations read them
-        return lambda: Ask(gate.ahead(config.model, config.max_tokens), budget_keys)
+        return lambda: Ask(gate.ahead(config.model, config.max_tokens) if gate is not None else None, budget_keys)
 
     def _journal(self, rec: UnitRecord, loaded: Loaded) -> RedisJournal:
         """The unit's journal as its lease read it; the loop's look after a tool round rides the round's last result

@@ -17,8 +17,8 @@ with rate limits of its own is admitted with its request's weights, known only o
 as before. An admission asked for and not used (the unit did not start, or started as another agent or model)
 counted one request in the endpoint's shared count: the fleet sends a little less, never more.
 
-A later call's preflight carries the round's read results (its lead) and so a round trip of its own; asked at the
-round's end with that write, the round trip overlaps the planning of the request (`round_ahead`), and the call reads
+A later call's preflight is asked at the end of the round of tools before it (`round_ahead`), with the round's read
+results where they wait for it (its lead): the round trip overlaps the planning of the request, and the call reads
 the replies before it is sent. A budget set in that millisecond counts from the unit's next attempt, as above.
 """
 
@@ -63,18 +63,25 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask, behind: Call) -
 
 
 def round_ahead(client: redis.Redis, ask: Ask) -> None:
-    """At the end of a round whose read tools' results wait for the next model call's preflight (its lead, held on
-    the unit's fence): send that write now, with `ask`'s reads for the call, and leave their replies for the
-    preflight to read (`Preflight.flying`). The round trip then overlaps the planning of the call's request instead
-    of coming after it; the call is still sent only once the preflight has read them all: the write confirmed (a
-    lost lease raises there, as before), the stop and drain flags it read acted on, the admission and the budgets'
-    absence taken as the take's are. Nothing is sent ahead while a reservation waits, or once a budget of the unit
-    was seen: its reservation needs a round trip of its own anyway. The fence's next write, if it comes first (a
+    """At the end of a round of tools: send what the next model call's preflight asks (`ask`: the gate's admission,
+    and whether a budget of the unit exists), with the round's read results if they wait for that preflight (its
+    lead, held on the unit's fence), and leave the replies for the preflight to read (`Preflight.flying`). The round
+    trip then overlaps the planning of the call's request instead of coming after it (or, with nothing to write, is
+    not the call's own any more); the call is still sent only once the preflight has read it all: the write
+    confirmed (a lost lease raises there, as before), the stop and drain flags it read acted on, the admission and the
+    budgets' absence taken as the take's are. Nothing is asked while a reservation waits, or once a budget of the
+    unit was seen: its reservation needs a round trip of its own anyway. The fence's next write, if it comes first (a
     park, the settle), reads the write's reply itself."""
-    lead = PREFLIGHT.take_lead()
-    if lead is None:
+    if not PREFLIGHT.may_ask_ahead():
         return
+    lead = PREFLIGHT.take_lead()
     calls = _reads(client, ask)
+    if lead is None:  # the results are written (a write tool's, or no preflight waits for them): only the asks
+        at = time.monotonic()
+        asked = InFlight.send(client, calls)
+        if asked is not None:  # else (a client that holds one connection) the call asks as it would have
+            PREFLIGHT.flying(lambda: PREFLIGHT.asked(_answered(ask, asked.replies(), at)))
+        return
     with lead.sending() as first:
         if first is None:  # its batch rode a commit already: the call asks as it would have
             return

@@ -121,7 +121,7 @@ class RedisJournal:
         self.min_replicas = min_replicas
         self.flags: Flags | None = None  # set by the execution once its watcher is up
         # What the next model call's preflight asks, for a round's end to send ahead (`round_done`); set by the
-        # execution when every call of the unit has one whose admission needs nothing of the request.
+        # execution.
         self.asks: Callable[[], Ask] | None = None
 
     def decision(self, tool_use_id: str) -> dict[str, Any] | None:
@@ -228,8 +228,8 @@ class RedisJournal:
         )
 
     def round_done(self) -> None:
-        """A round's results are all journaled or held: a read tool's result held for the next model call's preflight
-        goes now, with what that preflight asks (tasks/store/ahead.py), its replies read by the preflight."""
+        """A round's results are all journaled or held: what the next model call's preflight asks goes now, with the
+        read tools' results held for it (tasks/store/ahead.py), its replies read by the preflight."""
         if self.asks is not None:
             round_ahead(self._client, self.asks())
 

@@ -116,13 +116,15 @@ class Preflight:
         if asked.no_budget is False:
             self._local.budgeted = True
 
-    def take_lead(self) -> Lead | None:
-        """The lead, for a round's end to send with its asks (`flying`), when nothing else waits for the next round
-        trip and no budget of the unit was seen: a reservation needs the trip anyway, with an admission of its own."""
+    def may_ask_ahead(self) -> bool:
+        """Whether a round's end may ask for the next model call (`flying`): not while a reservation waits, nor once a
+        budget of the unit was seen, whose reservation needs a round trip anyway, with an admission of its own."""
         self._land()
+        return not self._waiting() and not getattr(self._local, "budgeted", False)
+
+    def take_lead(self) -> Lead | None:
+        """The lead, taken for a round's end to send with its asks (`flying`)."""
         lead: Lead | None = getattr(self._local, "lead", None)
-        if lead is None or self._waiting() or getattr(self._local, "budgeted", False):
-            return None
         self._local.lead = None
         return lead
 

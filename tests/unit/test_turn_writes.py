@@ -262,6 +262,49 @@ def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is
         assert json.loads(store.hget(keys.record(OWNER, "t1"), "status")) == "running"  # nothing more written
 
 
+def test_a_write_rounds_end_asks_the_next_calls_preflight_so_the_call_has_no_round_trip_of_its_own(store, monkeypatch):
+    """After a round whose results are written as they come (a write tool's), the round's end asks the next call's
+    admission and the budgets' existence, sent before that request is planned: the call then sends nothing of its own
+    before it goes. The flags the loop looks at came with the result's write, after the tool ran."""
+    from agent.loop import model_step
+    from agent.provider.rate_gate import LimitedProvider
+    from agent.provider.scripted import reply_tool
+    from agent.tools import by_name, tool
+    from tasks.store import rate_limits
+    from tasks.store.rate_limits import RedisGate
+
+    @tool(effect="write")
+    def note(text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
+        store.script_load(script)
+    gate = RedisGate(store, "anthropic|local|k")
+    provider = ScriptedProvider([reply_tool("note", {"text": "a"}, call_id="toolu_w"), reply_text("done")])
+    gated = LimitedProvider(provider, gate, limits=None, max_wait=5.0)
+    monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([note]))
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
+    monkeypatch.setattr(wiring, "gate_ahead", lambda s, c, a: gate)
+    plan = model_step.plan_request
+
+    def planned(*args, **kwargs):  # type: ignore[no-untyped-def]
+        trips.append("plan")
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(model_step, "plan_request", planned)
+    queue_turn(store)
+    store.hset(keys.record(OWNER, "t1"), "user", json.dumps("ann"))
+    trips = count_round_trips(store, monkeypatch)
+    outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1",
+                        user="ann").run()
+    assert outcome.reason == "completed" and len(provider.requests) == 2
+    # the take (with the first call's asks); the step in the tool's write-ahead entry; the result with the flags; the
+    # next call's asks, before its request is planned; the settle
+    assert trips == [f"{TAKE}+EVALSHA+EXISTS", "plan", "EVALSHA", "EVALSHA", "EVALSHA+EXISTS ahead", "plan",
+                     "EVALSHA"], trips
+
+
 @pytest.mark.parametrize(("called", "expected"), [
     (["look"], ["look ran", "answer confirmed"]),
     (["note"], ["answer confirmed", "note ran"]),
@@ -325,9 +368,10 @@ def test_an_answer_whose_round_starts_with_a_read_tool_is_sent_ahead_of_it(store
 
 def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahead_entry(store, monkeypatch):
     """A model step whose round starts with a write tool is not a write of its own: it goes in the tool's
-    write-ahead entry's write, before the tool runs. The turn's round trips: the take, each model call's budget
-    reservation, that write, the tool's result (with the flags the loop looks at), the settle (with the last step):
-    six, one fewer than with a write for the step."""
+    write-ahead entry's write, before the tool runs. The turn's round trips: the take, the first model call's budget
+    reservation, that write, the tool's result (with the flags the loop looks at), the budgets' existence for the next
+    call, asked at the round's end and read by its reservation, the settle (with the last step): six, one fewer than
+    with a write for the step, and one of them waited for by nothing but the planning of the next request."""
     from agent.provider.scripted import reply_tool
     from agent.tools import by_name, tool
 
@@ -348,6 +392,6 @@ def test_an_answer_whose_first_call_writes_is_written_with_that_calls_write_ahea
     outcome = run_turn()
     assert outcome.reason == "completed"
     assert journaled == [["model:0=done", "tool:toolu_w=committing"]]  # both written before the tool ran
-    assert trips == [TAKE] + ["EVALSHA"] * 5, trips
+    assert trips == [TAKE, "EVALSHA", "EVALSHA", "EVALSHA", "EXISTS ahead", "EVALSHA"], trips
     types = [json.loads(f[b"e"])["type"] for _, f in store.xrange(keys.events(OWNER))]
     assert types == ["turn.started", "tool.called", "tool.result", "text.delta", "turn.completed"], types
