@@ -194,28 +194,21 @@ def test_a_read_tools_result_and_the_look_ride_the_next_calls_preflight(store, m
     assert [r["content"] for r in results] == ["value-of-a"], transcript
 
 
-@pytest.mark.parametrize("case", ["ahead", "stopped", "lease lost", "budgeted"])
-def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is_planned(store, monkeypatch, case):
-    """Where the next model call's preflight needs nothing of its request (no rate limits of the agent's own), the
-    round's end sends it with the read tool's result, before the request is planned: the planning overlaps the round
-    trip, and the call reads its replies before it is sent. A stop pressed while the tool ran is seen there, and the
-    call never sent; so is a lease lost since the take (the execution ends writing nothing more). Once a budget of
-    the unit was seen, nothing is sent ahead: its reservation asks as before, with the result and an admission."""
+def planned_behind_the_gate(store, monkeypatch, provider, before=lambda sending: None):  # type: ignore[no-untyped-def]
+    """`provider` behind the fleet's rate gate, whose admission needs nothing of the request (so it may be asked
+    ahead); the round trips the execution's thread sends from here on, with `plan` where a request is planned."""
     from agent.loop import model_step
     from agent.provider.rate_gate import LimitedProvider
-    from agent.provider.scripted import reply_tool
     from tasks.store import rate_limits
     from tasks.store.rate_limits import RedisGate
 
     for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
         store.script_load(script)
-    if case == "budgeted":
-        budgets.set_budget(store, "all", None, 1_000_000, "month")
     gate = RedisGate(store, "anthropic|local|k")
-    provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
     gated = LimitedProvider(provider, gate, limits=None, max_wait=5.0)
     monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
     monkeypatch.setattr(wiring, "gate_ahead", lambda s, c, a: gate)
+    trips = count_round_trips(store, monkeypatch, before=before)
     plan = model_step.plan_request
 
     def planned(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -223,6 +216,21 @@ def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(model_step, "plan_request", planned)
+    return trips
+
+
+@pytest.mark.parametrize("case", ["ahead", "stopped", "lease lost", "budgeted"])
+def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is_planned(store, monkeypatch, case):
+    """Where the next model call's preflight needs nothing of its request (no rate limits of the agent's own), the
+    round's end sends it with the read tool's result, before the request is planned: the planning overlaps the round
+    trip, and the call reads its replies before it is sent. A stop pressed while the tool ran is seen there, and the
+    call never sent; so is a lease lost since the take (the execution ends writing nothing more). Once a budget of
+    the unit was seen, nothing is sent ahead: its reservation asks as before, with the result and an admission."""
+    from agent.provider.scripted import reply_tool
+
+    if case == "budgeted":
+        budgets.set_budget(store, "all", None, 1_000_000, "month")
+    provider = ScriptedProvider([reply_tool("peek", {"key": "a"}), reply_text("done")])
     command = store.execute_command
 
     def before(sending: str) -> None:
@@ -233,7 +241,7 @@ def test_a_read_rounds_end_sends_the_next_calls_preflight_before_that_request_is
 
     queue_turn(store)
     store.hset(keys.record(OWNER, "t1"), "user", json.dumps("ann"))
-    trips = count_round_trips(store, monkeypatch, before=before)
+    trips = planned_behind_the_gate(store, monkeypatch, provider, before)
     outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1",
                         user="ann").run()
     asked = f"{TAKE}+EVALSHA+EXISTS"  # the take, with the first call's admission and the budgets' existence
@@ -266,36 +274,19 @@ def test_a_write_rounds_end_asks_the_next_calls_preflight_so_the_call_has_no_rou
     """After a round whose results are written as they come (a write tool's), the round's end asks the next call's
     admission and the budgets' existence, sent before that request is planned: the call then sends nothing of its own
     before it goes. The flags the loop looks at came with the result's write, after the tool ran."""
-    from agent.loop import model_step
-    from agent.provider.rate_gate import LimitedProvider
     from agent.provider.scripted import reply_tool
     from agent.tools import by_name, tool
-    from tasks.store import rate_limits
-    from tasks.store.rate_limits import RedisGate
 
     @tool(effect="write")
     def note(text: str) -> str:
         """Write a note."""
         return "noted"
 
-    for script in (rate_limits._ADMIT, rate_limits._SETTLE, rate_limits._OBSERVE):
-        store.script_load(script)
-    gate = RedisGate(store, "anthropic|local|k")
     provider = ScriptedProvider([reply_tool("note", {"text": "a"}, call_id="toolu_w"), reply_text("done")])
-    gated = LimitedProvider(provider, gate, limits=None, max_wait=5.0)
     monkeypatch.setattr(wiring, "chat_tools", lambda settings, agent=None: by_name([note]))
-    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: gated)
-    monkeypatch.setattr(wiring, "gate_ahead", lambda s, c, a: gate)
-    plan = model_step.plan_request
-
-    def planned(*args, **kwargs):  # type: ignore[no-untyped-def]
-        trips.append("plan")
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(model_step, "plan_request", planned)
     queue_turn(store)
     store.hset(keys.record(OWNER, "t1"), "user", json.dumps("ann"))
-    trips = count_round_trips(store, monkeypatch)
+    trips = planned_behind_the_gate(store, monkeypatch, provider)
     outcome = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1",
                         user="ann").run()
     assert outcome.reason == "completed" and len(provider.requests) == 2
