@@ -76,32 +76,30 @@ def round_ahead(client: redis.Redis, ask: Ask) -> None:
         return
     lead = PREFLIGHT.take_lead()
     calls = _reads(client, ask)
+    at = time.monotonic()
     if lead is None:  # the results are written (a write tool's, or no preflight waits for them): only the asks
-        at = time.monotonic()
-        asked = InFlight.send(client, calls)
-        if asked is not None:  # else (a client that holds one connection) the call asks as it would have
-            PREFLIGHT.flying(lambda: PREFLIGHT.asked(_answered(ask, asked.replies(), at)))
-        return
-    with lead.sending() as first:
-        if first is None:  # its batch rode a commit already: the call asks as it would have
-            return
-        calls.insert(0, Call.script(client, *first))
-        at = time.monotonic()
         sent = InFlight.send(client, calls)
-        if sent is not None:
-            lead.sent_ahead(SentAhead(sent, 0))
-    if sent is None:  # a client that holds one connection: the round trip now
-        replies = in_one_trip(client, calls)
-        lead.answer(raised(replies[0]))
-        PREFLIGHT.asked(_answered(ask, replies[1:], at))
-        return
+    else:
+        with lead.sending() as first:
+            if first is None:  # its batch rode a commit already: the call asks as it would have
+                return
+            calls.insert(0, Call.script(client, *first))
+            at = time.monotonic()
+            sent = InFlight.send(client, calls)
+            if sent is not None:
+                lead.sent_ahead(SentAhead(sent, 0))
 
-    def land() -> None:
-        replies = sent.replies()
-        lead.answer(raised(replies[0]))
-        PREFLIGHT.asked(_answered(ask, replies[1:], at))
+    def land(replies: list[Any]) -> None:
+        if lead is not None:
+            lead.answer(raised(replies[0]))
+            replies = replies[1:]
+        PREFLIGHT.asked(_answered(ask, replies, at))
 
-    PREFLIGHT.flying(land)
+    if sent is not None:
+        PREFLIGHT.flying(lambda: land(sent.replies()))
+    elif lead is not None:  # a client that holds one connection: the write goes now, the asks with it
+        land(in_one_trip(client, calls))
+    # else (only asks, on such a client) the call asks as it would have
 
 
 def _reads(client: redis.Redis, ask: Ask) -> list[Call]:
