@@ -51,11 +51,15 @@ def probe(url: str) -> tuple[redis.Redis, str]:
 
 
 def by_kind(entries: list[dict[str, Any]], leave_out: set[str] = frozenset()) -> tuple[Counter[str], Counter[str]]:
-    """Commands by name: those clients sent (less `leave_out`), and those scripts ran."""
+    """Commands by name: those clients sent (less `leave_out`, and the broker's upkeep: `broker_upkeep`), and those
+    scripts ran."""
     sent: Counter[str] = Counter()
     scripted: Counter[str] = Counter()
-    for entry in entries:
-        name = entry["command"].split(" ", 1)[0].upper()
+    upkeep = broker_upkeep(entries)
+    for at, entry in enumerate(entries):
+        if at in upkeep:
+            continue
+        name = _name(entry)
         if entry["client_type"] == "lua":
             scripted[name] += 1
         elif name not in leave_out:
@@ -65,3 +69,42 @@ def by_kind(entries: list[dict[str, Any]], leave_out: set[str] = frozenset()) ->
 
 def shown(counts: Counter[str], turns: int) -> str:
     return ", ".join(f"{name} {n / turns:.2f}" for name, n in counts.most_common())
+
+
+# kombu's binding tables: what its Redis transport keeps alive for an expiring queue (the worker's pidbox), on a timer
+# of the worker's main process (a third of the queue's x-expires, and once soon after it starts), never for a message.
+_KOMBU_BINDINGS = "_kombu.binding"
+_WRAPPING = {"MULTI", "EXEC", "SCRIPT"}
+
+
+def broker_upkeep(entries: list[dict[str, Any]]) -> set[int]:
+    """The positions in `entries` of the broker's upkeep of its binding tables: each command that names them, what
+    wraps it on its connection (the transaction's MULTI and EXEC, redis-py's SCRIPT EXISTS before a pipeline of
+    scripts and the SCRIPT LOAD after a NOSCRIPT) and the commands its scripts ran. Timed, like the task events'
+    PUBLISH: when it falls in a count depends on when the worker started, not on what the turns did."""
+    upkeep = {at for at, entry in enumerate(entries) if _KOMBU_BINDINGS in entry["command"]}
+    by_connection: dict[str, list[int]] = {}
+    for at, entry in enumerate(entries):
+        if entry["client_type"] != "lua":
+            by_connection.setdefault(f"{entry['client_address']}:{entry['client_port']}", []).append(at)
+    for sent in by_connection.values():
+        for i, at in enumerate(sent):
+            name = _name(entries[at])
+            if name not in _WRAPPING:
+                continue
+            # MULTI and SCRIPT go with the command after them on the connection, EXEC with the one before.
+            around = reversed(sent[:i]) if name == "EXEC" else iter(sent[i + 1:])
+            wrapped = next((other for other in around if _name(entries[other]) not in _WRAPPING), None)
+            if wrapped in upkeep:
+                upkeep.add(at)
+    for at in sorted(upkeep):
+        # A script's commands follow its EVALSHA in MONITOR's feed, nothing between (a script runs alone).
+        following = at + 1
+        while following < len(entries) and entries[following]["client_type"] == "lua":
+            upkeep.add(following)
+            following += 1
+    return upkeep
+
+
+def _name(entry: dict[str, Any]) -> str:
+    return str(entry["command"]).split(" ", 1)[0].upper()
