@@ -20,7 +20,7 @@ from typing import Protocol
 import redis
 
 from agent.per_process import PerProcess
-from tasks.store.direct import on_masters, routed
+from tasks.store.direct import in_one_trip
 from tasks.store.fenced import Batch, Fence
 
 log = logging.getLogger("baton.live")
@@ -89,18 +89,11 @@ class LiveWriter:
                 fence.lock.release()
 
     def _send(self, writes: list[tuple[Fence, Batch]]) -> list[object]:
-        """The fences' writes in one round trip, their replies (an error reply as its exception). On a cluster each goes
-        straight to its slot's master as EVALSHA: a cluster's pipeline sends a fenced write as EVAL, the whole script
-        (3 KB) every time, for every streaming unit every `interval`."""
-        if routed(self._client):
-            direct = on_masters(self._client, [fence.call(batch) for fence, batch in writes])
-            if direct is not None:
-                return direct
-        pipe = self._client.pipeline(transaction=False)
-        for fence, batch in writes:
-            fence.queue(batch, pipe)
-        replies: list[object] = pipe.execute(raise_on_error=False)
-        return replies
+        """The fences' writes in one round trip, their replies (an error reply as its exception): EVALSHA each, as
+        plain commands (a pipeline of script objects asks SCRIPT EXISTS first, a round trip more every `interval`);
+        on a cluster straight to each slot's master (a cluster's pipeline would send the whole script, 3 KB, every
+        time, for every streaming unit)."""
+        return in_one_trip(self._client, [fence.call(batch) for fence, batch in writes])
 
     def _run(self) -> None:
         while True:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from agent.loop.cancel import CancelToken
 from agent.per_process import PerProcess
@@ -102,7 +103,12 @@ class Watcher:
         return now - self._renewed_at >= self._renew_every - POLL_SECONDS / 2
 
     def queue_renewal(self, pipe: redis.client.Pipeline) -> None:
-        self._lease.renew(client=pipe)
+        self._lease.queue_renewal(pipe)
+
+    def renewal(self, reply: Any) -> Any:
+        """The queued renewal's reply; where the server lacked the script (NOSCRIPT: it restarted), the renewal
+        again, through the client, which loads it."""
+        return self._lease.renew() if isinstance(reply, NoScriptError) else reply
 
     def renewed(self, asked: float, ok: bool) -> None:
         """The renewal queued at `asked` went through: `ok` False means the lease is no longer ours."""
@@ -185,7 +191,11 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
         pipe.mget(stop_keys)
     for key in drains:
         pipe.exists(key)
-    replies = pipe.execute()
+    replies = pipe.execute(raise_on_error=False)
+    replies[:len(renew)] = [watcher.renewal(reply) for watcher, reply in zip(renew, replies, strict=False)]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
     first = len(renew) + len(beats)
     stops = replies[first:first + len(watchers)] if keys.clustered() else replies[first]
     draining = dict(zip(drains, replies[-len(drains):], strict=True))

@@ -19,7 +19,7 @@ from agent.errors import BatonError, LeaseLost
 from tasks.store.compaction import compacted
 from tasks.store.direct import Call, SentAhead
 from tasks.store.json_values import dumps
-from tasks.store.scripts import registered, run_script
+from tasks.store.scripts import registered, with_script
 
 # Runs a batch's ops after the script's own checks, read from ARGV[first] on, each as command, key index, number of
 # arguments, arguments (flat, not one JSON document: decoding one cost the server ~10 µs a KB, and a batch's
@@ -225,13 +225,6 @@ class Fence:
             self._held = []
         return ahead
 
-    def queue(self, batch: Batch, pipe: redis.client.Pipeline) -> None:
-        """Queue `batch` as this fence's write on `pipe`, the caller holding `lock`: the reply is falsy when the
-        lease is not ours. Every fence of a client shares one script object, so the pipeline looks for the script
-        (SCRIPT EXISTS) once, however many fences it carries."""
-        self._confirm_ahead()
-        run_script(self._script, *self._call(batch), pipe)
-
     def call(self, batch: Batch) -> Call:
         """`batch` as this fence's write, for the caller to send (tasks/store/direct.py), holding `lock`: the reply is
         falsy when the lease is not ours."""
@@ -299,10 +292,8 @@ class Fence:
             if not replicas:
                 reply = self._script(keys=keys, args=args)
             else:
-                pipe = (via or self._client).pipeline(transaction=False)  # one connection: WAIT counts its writes
-                run_script(self._script, keys, args, pipe)
-                pipe.execute_command("WAIT", replicas, timeout_ms)
-                reply, acked = pipe.execute()
+                waiting = ("WAIT", replicas, timeout_ms)  # on the write's connection: WAIT counts its writes
+                reply, acked = with_script(via or self._client, self._script, keys, args, waiting)
             if reply == 2:
                 self._held = [ahead] if ahead else []
                 raise FailedOver(f"the master of {self._lease_key} failed over since the execution started")

@@ -9,7 +9,7 @@ import uuid
 import redis
 
 from tasks.store.replies import text_or_none
-from tasks.store.scripts import registered, run_script
+from tasks.store.scripts import queue_script, registered
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -57,10 +57,14 @@ class Lease:
     def holder(self) -> str | None:
         return text_or_none(self.client.get(self.key))
 
-    def renew(self, client: redis.Redis | redis.client.Pipeline | None = None) -> bool:
-        """Extend our lease; with a pipeline, queue the renewal and return True (read it from `execute`)."""
-        result = run_script(self._renew, [self.key], [self.token, self.ttl_ms], client)
-        return True if client is not None else bool(result)
+    def renew(self) -> bool:
+        """Extend our lease: False when it is not ours."""
+        return bool(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
+
+    def queue_renewal(self, pipe: redis.client.Pipeline) -> None:
+        """`renew` queued on `pipe`: its reply, read from `execute(raise_on_error=False)`, is NOSCRIPT where the server
+        lost the script (then `renew`, which loads it)."""
+        queue_script(pipe, self._renew, [self.key], [self.token, self.ttl_ms])
 
     def release(self) -> None:
         self._release(keys=[self.key], args=[self.token])

@@ -11,6 +11,7 @@ from typing import Any
 import redis
 from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from tasks.store.direct import Call, RoutedScript, in_one_trip, raised, routed
 
@@ -32,13 +33,39 @@ def registered(client: redis.Redis, source: str) -> Script:
     return script
 
 
-def run_script(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
-    """`script(keys=..., args=..., client=client)`, where `client` may be a pipeline. A cluster's pipeline cannot
-    load a script a node lacks (a restarted master has lost its script cache, and redis-py's cluster pipeline
-    does not recover from NOSCRIPT), so there the script goes whole, as EVAL."""
-    if isinstance(client, ClusterPipeline):
-        return client.execute_command("EVAL", script.script, len(keys), *keys, *args)
-    return script(keys=keys, args=args, client=client)
+def queue_script(pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
+    """Queue `script` on `pipe` as a plain command, EVALSHA: a pipeline given the script object asks SCRIPT EXISTS
+    for it before it sends, a round trip of its own every time. Its reply is NOSCRIPT (`NoScriptError`, with
+    `execute(raise_on_error=False)`) where the server lacks it (a restarted one): the caller runs it again through
+    the client (`script(keys=..., args=...)` loads it), or `with_script`. A cluster's pipeline cannot load a script
+    a node lacks (redis-py's cluster pipeline does not recover from NOSCRIPT), so there the script goes whole, as
+    EVAL."""
+    if isinstance(pipe, ClusterPipeline):
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+    else:
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def with_script(client: Any, script: Script, keys: list[str], args: list[Any], *after: tuple[Any, ...]) -> list[Any]:
+    """`script` and the commands `after` it in one pipeline, on one connection (WAIT counts that connection's
+    writes), and their replies (an error reply raised). A server that lacks the script ran none of it: it is
+    loaded there and the whole sent again."""
+
+    def sent() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        queue_script(pipe, script, keys, args)
+        for command in after:
+            pipe.execute_command(*command)
+        return list(pipe.execute(raise_on_error=False))
+
+    replies = sent()
+    if isinstance(replies[0], NoScriptError):
+        client.script_load(script.script)
+        replies = sent()
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:

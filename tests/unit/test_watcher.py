@@ -77,7 +77,7 @@ def test_a_renewal_that_failed_is_tried_again_on_the_next_beat(clock, monkeypatc
 
     def broken(*args, **kwargs):
         pipe = real(*args, **kwargs)
-        pipe.execute = lambda: (_ for _ in ()).throw(redis.exceptions.ConnectionError("down"))
+        pipe.execute = lambda **_: (_ for _ in ()).throw(redis.exceptions.ConnectionError("down"))
         return pipe
 
     monkeypatch.setattr(r, "pipeline", broken)
