@@ -192,7 +192,7 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
     for key in drains:
         pipe.exists(key)
     replies = pipe.execute(raise_on_error=False)
-    replies[:len(renew)] = [watcher.renewal(reply) for watcher, reply in zip(renew, replies, strict=False)]
+    replies[:len(renew)] = [watcher.renewal(reply) for watcher, reply in zip(renew, replies[:len(renew)], strict=True)]
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
