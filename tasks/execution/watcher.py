@@ -24,6 +24,7 @@ from redis.exceptions import NoScriptError
 from agent.loop.cancel import CancelToken
 from agent.per_process import PerProcess
 from tasks.store import keys
+from tasks.store.direct import raised
 from tasks.store.lease import Lease
 from tasks.store.replies import text_or_none
 
@@ -193,9 +194,7 @@ def beat(client: redis.Redis, watchers: Sequence[Watcher], *, renewing: Iterable
         pipe.exists(key)
     replies = pipe.execute(raise_on_error=False)
     replies[:len(renew)] = [watcher.renewal(reply) for watcher, reply in zip(renew, replies[:len(renew)], strict=True)]
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
+    replies = [raised(reply) for reply in replies]  # the first error reply, as `execute` would have raised it
     first = len(renew) + len(beats)
     stops = replies[first:first + len(watchers)] if keys.clustered() else replies[first]
     draining = dict(zip(drains, replies[-len(drains):], strict=True))

@@ -87,7 +87,7 @@ def round_ahead(client: redis.Redis, ask: Ask) -> None:
             at = time.monotonic()
             sent = InFlight.send(client, calls)
             if sent is not None:
-                lead.sent_ahead(SentAhead(sent, 0))
+                lead.sent_ahead(SentAhead(sent))
 
     def land(replies: list[Any]) -> None:
         if lead is not None:

@@ -175,10 +175,10 @@ class RoutedScript(Script):
 
 
 class SentAhead:
-    """One script call in flight (see the module): alone, or the `index`th of calls sent together."""
+    """One script call in flight (see the module): alone, or the first of calls sent together."""
 
-    def __init__(self, sent: InFlight, index: int = 0) -> None:
-        self._sent, self._index = sent, index
+    def __init__(self, sent: InFlight) -> None:
+        self._sent = sent
 
     @classmethod
     def hold(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> SentAhead | None:
@@ -190,7 +190,7 @@ class SentAhead:
 
     def reply(self) -> Any:
         """The call's reply; the connection goes back to the pool (an error reply is raised)."""
-        return raised(self._sent.replies()[self._index])
+        return raised(self._sent.replies()[0])
 
     def drop(self) -> None:
         self._sent.drop()

@@ -62,10 +62,7 @@ def with_script(client: Any, script: Script, keys: list[str], args: list[Any], *
     if isinstance(replies[0], NoScriptError):
         client.script_load(script.script)
         replies = sent()
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
+    return [raised(reply) for reply in replies]
 
 
 def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
