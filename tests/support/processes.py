@@ -60,13 +60,16 @@ class Worker:
     """A real `celery -A tasks worker` subprocess on the test's own queue."""
 
     def __init__(
-        self, name: str, env: dict[str, str], logdir: Path, *, concurrency: int = 2, pool: str | None = None
+        self, name: str, env: dict[str, str], logdir: Path, *, concurrency: int = 2, pool: str | None = None,
+        repo: Path = REPO,
     ) -> None:
+        """`repo`: the checkout the worker runs from (another one's code, in `bench.ab_workers`)."""
         self.name = name
         self.env = env
         self.log_path = logdir / f"worker-{name}.log"
         self.concurrency = concurrency
         self.pool = pool
+        self.repo = repo
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,7 +84,7 @@ class Worker:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=self.repo, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         wait_until(self._ready, timeout, what=f"worker {self.name} ready")
         return self
