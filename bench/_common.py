@@ -197,9 +197,12 @@ class Stack:
             env["ANTHROPIC_BASE_URL"] = self.fake.url
         return env
 
-    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, **env: str) -> Worker:
-        """Start a real `celery -A tasks worker` on this stack's queue and wait until it is ready."""
-        worker = Worker(name, {**self.env, **env}, self.tmp, concurrency=concurrency, pool=pool)
+    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, repo: Path = REPO,
+               **env: str) -> Worker:
+        """Start a real `celery -A tasks worker` on this stack's queue and wait until it is ready (`repo`: the checkout
+        it runs, its code imported from there)."""
+        worker = Worker(name, {**self.env, "PYTHONPATH": str(repo), **env}, self.tmp, concurrency=concurrency,
+                        pool=pool, repo=repo)
         self.workers.append(worker)
         return worker.start(timeout=60)
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from bench._common import Row, Stack, median, print_rows
 from bench.naive_loop import naive_beside, one_tool_round, timed_baton_turn, timed_naive_turn
-from tests.support.processes import Worker
 
 ROUNDS = 6
 TURNS = 100  # cycles a round: each one turn of A, of B and of each naive loop
@@ -43,9 +42,7 @@ def main(other: Path, rounds: int = ROUNDS, turns: int = TURNS) -> list[Row]:
         _, durable, _ = naive_beside(stack, 2, name="naive-safe", NAIVE_APP="bench.safe_naive_app")
         queue_a, queue_b = f"{stack.queue}-a", f"{stack.queue}-b"
         stack.worker("wa", concurrency=2, BATON_QUEUE=queue_a)
-        b = Worker("wb", {**stack.env, "BATON_QUEUE": queue_b, "PYTHONPATH": str(other)}, stack.tmp, repo=other)
-        stack.workers.append(b)
-        b.start(timeout=60)
+        stack.worker("wb", concurrency=2, repo=other, BATON_QUEUE=queue_b)
         clients = {"A": stack.client(BATON_QUEUE=queue_a), "B": stack.client(BATON_QUEUE=queue_b)}
         stamp = uuid.uuid4().hex[:6]
 
@@ -63,10 +60,10 @@ def main(other: Path, rounds: int = ROUNDS, turns: int = TURNS) -> list[Row]:
             seen: dict[str, list[float]] = {"A": [], "B": []}
             for i in range(turns):
                 cycle(f"r{r}", i, seen)
-            a, b_ms = median(seen["A"]) * 1000, median(seen["B"]) * 1000
-            ratios.append(b_ms / a)
-            gaps.append(b_ms - a)
-            print(f"  round {r + 1}: A {a:.3f} ms, B {b_ms:.3f} ms, B - A {b_ms - a:+.3f} ms, B ÷ A {b_ms / a:.4f}",
+            a, b = median(seen["A"]) * 1000, median(seen["B"]) * 1000
+            ratios.append(b / a)
+            gaps.append(b - a)
+            print(f"  round {r + 1}: A {a:.3f} ms, B {b:.3f} ms, B - A {b - a:+.3f} ms, B ÷ A {b / a:.4f}",
                   flush=True)
     faster = sum(ratio < 1 for ratio in ratios)
     return [
