@@ -1,4 +1,4 @@
-"""Loopback names, and the guard `baton serve` puts in front of a token-less API.
+"""Loopback `Host` headers, and the guard `baton serve` puts in front of a token-less API.
 
 Without a token the API trusts whoever reaches it, which `baton serve` allows only on loopback. A web page
 can still reach loopback through DNS rebinding (its own name re-resolved to 127.0.0.1, so the browser
@@ -8,22 +8,11 @@ loopback `Host` is served.
 
 from __future__ import annotations
 
-import ipaddress
-
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1); False for anything reachable
-    from elsewhere, including 0.0.0.0 / :: (every interface) and names we cannot judge."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from config.hosts import is_loopback
 
 
 def host_of(header: str) -> str:

@@ -6,8 +6,8 @@ import logging
 import re
 import sys
 
+from config.hosts import is_loopback
 from config.settings import Settings, SettingsError, load_settings
-from web.hosts import is_loopback
 
 TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"]*")
 

@@ -8,11 +8,12 @@ import logging
 
 import pytest
 
+from config.hosts import is_loopback
 from config.settings import Settings
 from tasks.cli.serve import RedactToken, page_url, refusal
 from web.auth import presented_token, token_ok
 from web.errors import describe
-from web.hosts import host_of, is_loopback
+from web.hosts import host_of
 from web.stream import parse_stream_id, resume_from, to_message
 
 
