@@ -1,5 +1,10 @@
-"""Calls sent now and their replies read later, on connections held in between: a write sent ahead
-(`Fence.send_ahead`), and on a Redis Cluster the calls of one round trip sent straight to their slots' masters.
+"""Calls sent straight on connections held from the client's pool: every registered script's call and the calls of
+one round trip (`straight`), and a write sent ahead, its reply read later (`Fence.send_ahead`).
+
+redis-py's client sends a command through its own bookkeeping (the connection's retry wrapper, its events and
+observability hooks, its pipeline's stack); on one Redis that cost ~12 µs a script call warm and a turn's worker
+~0.05-0.12 ms (`bench.ab_workers`, both ways round, bench/RESULTS.md stop 63). A held connection is what it does
+underneath: the command packed, sent, its reply read.
 
 For a write whose reply the caller does not need before its next step, only before its next write: the answer of
 a model step that called read tools only is sent, the tools run while the store applies it, and its reply is read
@@ -12,12 +17,13 @@ cluster's client would pick, and the calls of one master go on one connection, p
 routes every call again (the slot of each of its keys, the command's policy, the node), which cost ~45 µs a
 script call and ~100 µs more a round trip over three masters than this (bench/RESULTS.md, stop 55).
 
-Where the client has no connection to hold (a single-connection client) nothing is sent (`send` and `hold` return
-None) and the caller goes the client's way. A reply that says the call did not run there is answered by running it
-again through the client, which knows what to do: NOSCRIPT (the server restarted), or, on a cluster, a slot that
-moved or is moving (MOVED, ASK, TRYAGAIN), a cluster down, or a master turned replica (READONLY). So is a reply
-that cannot be read (the connection broke), with the client's retries: what redis-py does for a command whose
-connection broke, and a call that was never run runs once. A call whose connection broke as it was sent is run
+Where the client has no connection to hold (a single-connection client, a pipeline) nothing is sent (`straight`,
+`send` and `hold` return None) and the caller goes the client's way. A reply that says the call did not run there
+is answered by running it again through the client, which knows what to do: NOSCRIPT (the server restarted), a
+master turned replica (READONLY: a Sentinel failover, or a cluster's), or, on a cluster, a slot that moved or is
+moving (MOVED, ASK, TRYAGAIN) or a cluster down. So is a reply that cannot be read (the connection broke), with
+the client's retries: what redis-py does for a command whose connection broke, and a call that was never run runs
+once. A call whose connection broke as it was sent is run
 through the client at once, so it is written before the caller goes on, as when it was sent.
 """
 
@@ -29,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.client import Pipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
@@ -165,12 +172,12 @@ class InFlight:
 
 
 class RoutedScript(Script):
-    """A script registered with a cluster's client whose calls go straight to the master of their keys' slot (a call
-    on a pipeline, or with no keys, goes the client's way)."""
+    """A registered script whose calls go straight on a connection held from the client's pool (on a cluster, the pool
+    of the master of their keys' slot): see the module. A call with no keys goes the client's way."""
 
     def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
         target = self.registered_client if client is None else client
-        direct = on_masters(target, [Call.script(target, self, list(keys), list(args))]) if keys else None
+        direct = straight(target, [Call.script(target, self, list(keys), list(args))]) if keys else None
         return super().__call__(keys=keys, args=args, client=client) if direct is None else raised(direct[0])
 
 
@@ -204,25 +211,27 @@ def raised(reply: Any) -> Any:
 
 
 def routed(client: Any) -> bool:
-    """Whether `client` is a cluster's, whose calls `on_masters` sends straight to their masters."""
+    """Whether `client` is a cluster's, whose calls `straight` sends to their slots' masters."""
     return isinstance(client, RedisCluster)
 
 
-def on_masters(client: Any, calls: list[Call]) -> list[Any] | None:
-    """On a cluster, `calls` sent straight to their slots' masters in one round trip, and their replies (an error
-    reply as its exception); None on one Redis, or where nothing could be sent: the caller goes the client's way."""
-    if not routed(client):
-        return None
+def straight(client: Any, calls: list[Call]) -> list[Any] | None:
+    """`calls` sent straight on connections held from `client`'s pool (on a cluster, to their slots' masters) in one
+    round trip, and their replies (an error reply as its exception); None where nothing could be sent (a client of
+    one connection, a pipeline, a cluster with no slot map to go by): the caller goes the client's way."""
+    if len(calls) == 1:
+        pool = _pool(client, calls[0].key)
+        return None if pool is None else [_one(pool, calls[0])]
     sent = InFlight.send(client, calls)
     return None if sent is None else sent.replies()
 
 
 def in_one_trip(client: Any, calls: list[Call]) -> list[Any]:
     """`calls`, each on its own keys (slots), in one round trip: their replies in order, an error reply as its
-    exception. On a cluster straight to the masters (`on_masters`); elsewhere one pipeline of the commands as they
+    exception. Straight on held connections (`straight`); where there are none, one pipeline of the commands as they
     are (not scripts: redis-py's pipeline asks SCRIPT EXISTS before it sends any, a round trip of its own), where a
     call the server could not run (NOSCRIPT: a restarted server) runs again through the client, which loads it."""
-    direct = on_masters(client, calls)
+    direct = straight(client, calls)
     if direct is not None:
         return direct
     pipe = client.pipeline(transaction=False)
@@ -231,6 +240,34 @@ def in_one_trip(client: Any, calls: list[Call]) -> list[Any]:
     replies = pipe.execute(raise_on_error=False)
     return [_again(call) if isinstance(reply, NoScriptError) else reply
             for call, reply in zip(calls, replies, strict=True)]
+
+
+def _one(pool: Any, call: Call) -> Any:
+    """One call sent and its reply read on a connection of `pool`, as `InFlight` sends and reads calls, without its
+    bookkeeping (a call's every step, ~10 µs: most of a script call's round trip is one call)."""
+    conn = None
+    try:
+        conn = pool.get_connection()
+        conn.send_command(*call.command)
+        reply = conn.read_response()
+    except NOT_RUN_HERE:  # read whole: the connection is clean
+        pool.release(conn)
+        return _again(call)
+    except (redis.ConnectionError, redis.TimeoutError):  # unknown whether it ran: as redis-py retries
+        if conn is not None:
+            conn.disconnect()
+            pool.release(conn)
+        return _again(call)
+    except redis.ResponseError as err:
+        pool.release(conn)
+        return err
+    except BaseException:
+        if conn is not None:
+            conn.disconnect()  # whatever went out is unread: it must not serve another command
+            pool.release(conn)
+        raise
+    pool.release(conn)
+    return reply
 
 
 def _again(call: Call) -> Any:
@@ -248,6 +285,6 @@ def _pool(client: Any, key: str) -> Any:
             client = client.get_redis_connection(client.get_node_from_key(key))
         except (redis.RedisError, RedisClusterException):  # no slot map to go by (a slot not covered): the client's way
             return None
-    if getattr(client, "connection", None) is not None:
-        return None
+    if getattr(client, "connection", None) is not None or isinstance(client, (Pipeline, ClusterPipeline)):
+        return None  # one connection; or a pipeline, whose calls are queued, not sent
     return getattr(client, "connection_pool", None)

@@ -1,6 +1,7 @@
 """Baton's Lua scripts as they are registered and sent: once per client, on a pipeline, several in one round trip.
 
-On a cluster a registered script's calls go straight to the master of their slot (tasks/store/direct.py).
+A registered script's calls go straight on a connection of the client's pool, on a cluster its slot's master's
+(tasks/store/direct.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from tasks.store.direct import Call, RoutedScript, in_one_trip, raised, routed
+from tasks.store.direct import Call, RoutedScript, in_one_trip, raised
 
 _registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
@@ -26,10 +27,9 @@ def registered(client: redis.Redis, source: str) -> Script:
         scripts = _registered.setdefault(client, {})
     script = scripts.get(source)
     if script is None:
-        # On a cluster each call goes straight to its slot's master: the cluster's client would work out every key's
-        # slot and the command's node again, call by call (tasks/store/direct.py).
-        made = RoutedScript(client, source) if routed(client) else client.register_script(source)
-        script = scripts.setdefault(source, made)
+        # Each call goes straight on a connection of the client's pool (on a cluster, its slot's master's): the
+        # client's own way costs every call its routing and bookkeeping again (tasks/store/direct.py).
+        script = scripts.setdefault(source, RoutedScript(client, source))
     return script
 
 
@@ -67,8 +67,5 @@ def with_script(client: Any, script: Script, keys: list[str], args: list[Any], *
 
 def scripts_in_one_trip(client: Any, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
     """Run several scripts, each on its own keys (slots), in one round trip; their replies in order (an error reply
-    raised). EVALSHA each, as plain commands (`in_one_trip`): one on its own is a call of its own."""
-    if len(calls) == 1 and not routed(client):
-        script, keys, args = calls[0]
-        return [script(keys=keys, args=args)]
+    raised). EVALSHA each, as plain commands (`in_one_trip`)."""
     return [raised(reply) for reply in in_one_trip(client, [Call.script(client, *call) for call in calls])]

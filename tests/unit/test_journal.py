@@ -12,21 +12,9 @@ from tasks.store import journal as journal_module
 from tasks.store import keys
 from tasks.store.fenced import _FENCED, Fence
 from tasks.store.journal import RedisJournal
+from tests.support.round_trips import count_round_trips
 
 OWNER, RUN = "run:r1", "r1"
-
-
-class Counting:
-    """Wraps a client's `execute_command`: every Redis command the client sends passes through it."""
-
-    def __init__(self, client: fakeredis.FakeRedis) -> None:
-        self.commands: list[str] = []
-        self._inner = client.execute_command
-        client.execute_command = self  # instance attribute: redis-py's command methods call self.execute_command
-
-    def __call__(self, *args, **options):
-        self.commands.append(str(args[0]))
-        return self._inner(*args, **options)
 
 
 @pytest.fixture
@@ -43,20 +31,20 @@ def _journal(client: fakeredis.FakeRedis, token: str = "token-a") -> RedisJourna
     return RedisJournal(client, Fence(client, keys.lease(OWNER), token), owner_id=OWNER, unit_id=RUN, generation=0)
 
 
-def test_each_step_is_one_round_trip_holding_the_record_the_step_count_and_the_events(client):
+def test_each_step_is_one_round_trip_holding_the_record_the_step_count_and_the_events(client, monkeypatch):
     """`record` sends exactly one command (an EVALSHA) per step, and that one write carries the step's record,
     the run's step count and the step's events; a write-ahead `committing` entry counts no step."""
     journal = _journal(client)
-    counting = Counting(client)
+    trips = count_round_trips(client, monkeypatch)
     steps = [
         ("model:0", {"kind": "model", "status": "done"}, [("run.step", {"step": "model:0"})]),
         ("tool:t1", {"kind": "tool", "status": "committing", "name": "record_note"}, []),
         ("tool:t1", {"kind": "tool", "status": "done", "name": "record_note"}, [("run.step", {"step": "tool:t1"})]),
     ]
     for step_id, record, events in steps:
-        counting.commands.clear()
+        trips.clear()
         journal.record(step_id, record, events)
-        assert counting.commands == ["EVALSHA"], step_id
+        assert trips == ["EVALSHA"], step_id
 
     stored = {k.decode(): json.loads(v) for k, v in client.hgetall(keys.journal(OWNER, RUN, 0)).items()}
     assert stored == {"model:0": steps[0][1], "tool:t1": steps[2][1]}
@@ -102,7 +90,7 @@ def test_a_reopened_journal_replays_what_was_recorded(client):
     assert again.done_steps == 1
 
 
-def test_a_stale_holder_writes_nothing_and_learns_it_lost_the_lease(client):
+def test_a_stale_holder_writes_nothing_and_learns_it_lost_the_lease(client, monkeypatch):
     """Once another execution took the lease over, the old holder's step is refused inside Redis: its one
     command changes no journal entry, no step count and no event, and `record` raises LeaseLost."""
     stale = _journal(client)
@@ -113,14 +101,14 @@ def test_a_stale_holder_writes_nothing_and_learns_it_lost_the_lease(client):
         client.hgetall(keys.record(OWNER, RUN)),
         client.xlen(keys.events(OWNER)),
     )
-    counting = Counting(client)
+    trips = count_round_trips(client, monkeypatch)
     with pytest.raises(LeaseLost):
         stale.record("tool:t1", {"kind": "tool", "status": "done"}, [("run.step", {"step": "tool:t1"})])
-    assert counting.commands == ["EVALSHA"]
-    counting.commands.clear()
+    assert trips == ["EVALSHA"]
+    trips.clear()
     with pytest.raises(LeaseLost):
         stale.emit([("run.step", {"step": "late"})])
-    assert counting.commands == ["EVALSHA"]
+    assert trips == ["EVALSHA"]
     after = (
         client.hgetall(keys.journal(OWNER, RUN, 0)),
         client.hgetall(keys.record(OWNER, RUN)),

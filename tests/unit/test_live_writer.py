@@ -11,7 +11,8 @@ import pytest
 from tasks.execution.live import FLUSH_CHARS, FLUSH_SECONDS, RedisLiveText
 from tasks.execution.live_writer import LiveWriter
 from tasks.store import keys
-from tasks.store.fenced import Batch, Fence
+from tasks.store.fenced import _FENCED, Batch, Fence
+from tests.support.round_trips import count_round_trips
 
 
 class _Committed(Fence):
@@ -28,28 +29,11 @@ class _Committed(Fence):
 
 
 class _Rounds(LiveWriter):
-    """A writer whose rounds are made by the test (no thread), counting the round trips they cost."""
+    """A writer whose rounds are made by the test (no thread)."""
 
     def __init__(self, r: fakeredis.FakeRedis) -> None:
         super().__init__(r, interval=FLUSH_SECONDS)
         self.asked = threading.Event()
-        self.pipelines = 0
-        self.scripts_checked: list[int] = []  # scripts the pipeline made sure of (SCRIPT EXISTS), per round
-        real = r.pipeline
-
-        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-            self.pipelines += 1
-            pipe = real(*args, **kwargs)
-            load = pipe.load_scripts
-
-            def checked() -> None:
-                self.scripts_checked.append(len(pipe.scripts))
-                load()
-
-            pipe.load_scripts = checked
-            return pipe
-
-        r.pipeline = counted  # type: ignore[method-assign]
 
     def ask(self, unit) -> None:  # type: ignore[no-untyped-def, override]
         with self._cv:
@@ -69,8 +53,8 @@ def _texts(r: fakeredis.FakeRedis, n: int) -> list[str]:
     return [json.loads(fields[b"e"])["text"] for _, fields in entries]
 
 
-def test_one_round_writes_every_units_buffer_in_one_round_trip():
-    """Twenty units' buffered deltas (two each, coalesced) go out in one pipeline, of plain EVALSHA: no SCRIPT EXISTS
+def test_one_round_writes_every_units_buffer_in_one_round_trip(monkeypatch):
+    """Twenty units' buffered deltas (two each, coalesced) go out in one round trip, of plain EVALSHA: no SCRIPT EXISTS
     (a pipeline of script objects asks it first, a round trip more); nothing is written before the round."""
     r = fakeredis.FakeRedis()
     writer = _Rounds(r)
@@ -79,8 +63,10 @@ def test_one_round_writes_every_units_buffer_in_one_round_trip():
         live.text("m1", 1, "a")
         live.text("m1", 1, "b")
     assert all(_texts(r, n) == [] for n in range(20))
+    r.script_load(_FENCED)  # a server that has run it before (a fresh one answers NOSCRIPT, and it is run again)
+    trips = count_round_trips(r, monkeypatch)
     writer.write_round()
-    assert writer.pipelines == 1 and writer.scripts_checked == []
+    assert trips == ["+".join(["EVALSHA"] * 20)]
     assert all(_texts(r, n) == ["ab"] for n in range(20))
     assert not any(fence.committed.is_set() for _, fence in units)
 
