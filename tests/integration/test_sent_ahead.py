@@ -10,6 +10,7 @@ from agent.errors import LeaseLost, LeaseLostUnsent
 from tasks.store.direct import SentAhead
 from tasks.store.fenced import Batch, Fence
 from tasks.store.journal import Riding
+from tests.support.round_trips import through_client
 
 
 @pytest.fixture
@@ -51,14 +52,7 @@ def test_a_write_sent_ahead_that_finds_the_lease_lost_stops_the_next_write_befor
     fence = Fence(client, "lease", "tok")
     fence.commit(Batch().add("SET", "warm", "1"))
     client.set("lease", "another")
-    sent: list[str] = []
-    command = client.execute_command
-
-    def counting(*args, **options):  # type: ignore[no-untyped-def]
-        sent.append(str(args[0]))
-        return command(*args, **options)
-
-    client.execute_command = counting  # type: ignore[method-assign]
+    sent = through_client(client)
     fence.send_ahead(Batch().add("RPUSH", "steps", "answer"))
     with pytest.raises(LeaseLost):
         fence.commit(Batch().add("RPUSH", "steps", "result"))

@@ -7,6 +7,7 @@ import pytest
 import redis
 
 from tasks.store.scripts import registered
+from tests.support.round_trips import through_client
 
 PUSH = "return redis.call('RPUSH', KEYS[1], ARGV[1])"
 WRONG = "return redis.call('INCR', KEYS[1])"
@@ -17,19 +18,6 @@ def client(redis_server):  # type: ignore[no-untyped-def]
     r = redis.Redis.from_url(redis_server.url)
     yield r
     r.close()
-
-
-def through_client(client: redis.Redis) -> list[str]:
-    """The commands that go through `client.execute_command` from here on (redis-py's own way)."""
-    sent: list[str] = []
-    command = client.execute_command
-
-    def counting(*args, **options):  # type: ignore[no-untyped-def]
-        sent.append(str(args[0]))
-        return command(*args, **options)
-
-    client.execute_command = counting  # type: ignore[method-assign]
-    return sent
 
 
 def replies_are_their_own(client: redis.Redis, n: int = 20) -> bool:

@@ -61,3 +61,17 @@ def count_round_trips(store: Any, monkeypatch: Any, before: Callable[[str], None
 
     store.execute_command, store.pipeline = counting, counted_pipeline
     return trips
+
+
+def through_client(client: Any) -> list[str]:
+    """The commands that go through `client.execute_command` from here on (redis-py's own way, not straight on a
+    held connection), by name, whatever the thread."""
+    sent: list[str] = []
+    command = client.execute_command
+
+    def counting(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return command(*args, **options)
+
+    client.execute_command = counting
+    return sent
