@@ -23,8 +23,8 @@ is answered by running it again through the client, which knows what to do: NOSC
 master turned replica (READONLY: a Sentinel failover, or a cluster's), or, on a cluster, a slot that moved or is
 moving (MOVED, ASK, TRYAGAIN) or a cluster down. So is a reply that cannot be read (the connection broke), with
 the client's retries: what redis-py does for a command whose connection broke, and a call that was never run runs
-once. A call whose connection broke as it was sent is run
-through the client at once, so it is written before the caller goes on, as when it was sent.
+once. A call whose connection broke as it was sent is run through the client at once, so it is written before the
+caller goes on, as when it was sent.
 """
 
 from __future__ import annotations
@@ -243,8 +243,8 @@ def in_one_trip(client: Any, calls: list[Call]) -> list[Any]:
 
 
 def _one(pool: Any, call: Call) -> Any:
-    """One call sent and its reply read on a connection of `pool`, as `InFlight` sends and reads calls, without its
-    bookkeeping (a call's every step, ~10 µs: most of a script call's round trip is one call)."""
+    """One call sent and its reply read on a connection of `pool`, answered as `InFlight` answers each of its calls:
+    most round trips carry one call, and `InFlight`'s bookkeeping for several cost one ~10 µs more (warm)."""
     conn = None
     try:
         conn = pool.get_connection()
