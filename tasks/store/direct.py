@@ -51,6 +51,7 @@ from redis.exceptions import (
 NOT_RUN_HERE = (NoScriptError, AskError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 _AGAIN = object()  # a call's reply that says to run it again through the client
+_LOAD_AGAIN = object()  # the same, its script loaded first: the server said it lacks it (NOSCRIPT)
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,16 @@ class Call:
     command: tuple[Any, ...]
     key: str
     again: Callable[[], Any]
+    load: Callable[[], Any] | None = None  # a script's: loads it where the server said it lacks it
 
     @classmethod
     def script(cls, client: Any, script: Script, keys: list[str], args: list[Any]) -> Call:
         """`script` on `keys` with `args`, as EVALSHA (again: through `client`, which loads a script the server
-        lacks)."""
+        lacks; after a NOSCRIPT it is loaded first, so the call through the client is one EVALSHA, not two)."""
         return cls(
             ("EVALSHA", script.sha, len(keys), *keys, *args), keys[0],
             lambda: Script.__call__(script, keys=keys, args=args, client=client),  # the client's way, not routed
+            lambda: client.script_load(script.script),
         )
 
 
@@ -143,6 +146,8 @@ class InFlight:
                 for n, i in enumerate(leg.at):
                     try:
                         out[i] = leg.conn.read_response()
+                    except NoScriptError:
+                        out[i] = _LOAD_AGAIN  # read whole, as below
                     except NOT_RUN_HERE:
                         out[i] = _AGAIN  # read whole: run again below, once the connection is back
                     except (redis.ConnectionError, redis.TimeoutError):
@@ -157,8 +162,8 @@ class InFlight:
             InFlight(self._calls, legs, {}).drop()
             raise
         for i, call in enumerate(self._calls):
-            if out[i] is _AGAIN:
-                out[i] = _again(call)
+            if out[i] is _AGAIN or out[i] is _LOAD_AGAIN:
+                out[i] = _again(call, load=out[i] is _LOAD_AGAIN)
         return [out[i] for i in range(len(self._calls))]
 
     def drop(self) -> None:
@@ -238,7 +243,7 @@ def in_one_trip(client: Any, calls: list[Call]) -> list[Any]:
     for call in calls:
         pipe.execute_command(*call.command)
     replies = pipe.execute(raise_on_error=False)
-    return [_again(call) if isinstance(reply, NoScriptError) else reply
+    return [_again(call, load=True) if isinstance(reply, NoScriptError) else reply
             for call, reply in zip(calls, replies, strict=True)]
 
 
@@ -250,9 +255,9 @@ def _one(pool: Any, call: Call) -> Any:
         conn = pool.get_connection()
         conn.send_command(*call.command)
         reply = conn.read_response()
-    except NOT_RUN_HERE:  # read whole: the connection is clean
+    except NOT_RUN_HERE as err:  # read whole: the connection is clean
         pool.release(conn)
-        return _again(call)
+        return _again(call, load=isinstance(err, NoScriptError))
     except (redis.ConnectionError, redis.TimeoutError):  # unknown whether it ran: as redis-py retries
         if conn is not None:
             conn.disconnect()
@@ -270,9 +275,12 @@ def _one(pool: Any, call: Call) -> Any:
     return reply
 
 
-def _again(call: Call) -> Any:
-    """The call through the client; its error reply as a value, as `InFlight.replies` returns one."""
+def _again(call: Call, *, load: bool = False) -> Any:
+    """The call through the client; its error reply as a value, as `InFlight.replies` returns one. `load`: the server
+    said it lacks the call's script, which is loaded first."""
     try:
+        if load and call.load is not None:
+            call.load()
         return call.again()
     except redis.RedisError as err:
         return err
