@@ -145,26 +145,17 @@ class InFlight:
                 leg = legs[0]
                 for n, i in enumerate(leg.at):
                     try:
-                        out[i] = leg.conn.read_response()
-                    except NoScriptError:
-                        out[i] = _LOAD_AGAIN  # read whole, as below
-                    except NOT_RUN_HERE:
-                        out[i] = _AGAIN  # read whole: run again below, once the connection is back
+                        out[i] = _read(leg.conn)  # one that did not run here runs again below, the connection back
                     except (redis.ConnectionError, redis.TimeoutError):
                         leg.conn.disconnect()
                         out.update((j, _AGAIN) for j in leg.at[n:])  # unknown whether they ran: as redis-py retries
                         break
-                    except redis.ResponseError as err:
-                        out[i] = err  # an error reply was read whole: the connection is clean
                 leg.pool.release(leg.conn)
                 legs.pop(0)
         except BaseException:
             InFlight(self._calls, legs, {}).drop()
             raise
-        for i, call in enumerate(self._calls):
-            if out[i] is _AGAIN or out[i] is _LOAD_AGAIN:
-                out[i] = _again(call, load=out[i] is _LOAD_AGAIN)
-        return [out[i] for i in range(len(self._calls))]
+        return [_answered(call, out[i]) for i, call in enumerate(self._calls)]
 
     def drop(self) -> None:
         """Give the connections back without reading the replies (the execution ends): closed, so no later command
@@ -176,7 +167,7 @@ class InFlight:
                 leg.pool.release(leg.conn)
 
 
-class RoutedScript(Script):
+class StraightScript(Script):
     """A registered script whose calls go straight on a connection held from the client's pool (on a cluster, the pool
     of the master of their keys' slot): see the module. A call with no keys goes the client's way."""
 
@@ -254,24 +245,38 @@ def _one(pool: Any, call: Call) -> Any:
     try:
         conn = pool.get_connection()
         conn.send_command(*call.command)
-        reply = conn.read_response()
-    except NOT_RUN_HERE as err:  # read whole: the connection is clean
-        pool.release(conn)
-        return _again(call, load=isinstance(err, NoScriptError))
+        reply = _read(conn)
     except (redis.ConnectionError, redis.TimeoutError):  # unknown whether it ran: as redis-py retries
         if conn is not None:
             conn.disconnect()
             pool.release(conn)
         return _again(call)
-    except redis.ResponseError as err:
-        pool.release(conn)
-        return err
     except BaseException:
         if conn is not None:
             conn.disconnect()  # whatever went out is unread: it must not serve another command
             pool.release(conn)
         raise
     pool.release(conn)
+    return _answered(call, reply)
+
+
+def _read(conn: Any) -> Any:
+    """A reply read whole from `conn` (which stays clean): the reply, an error reply as its exception, or `_AGAIN` /
+    `_LOAD_AGAIN` where the reply says the call did not run there. A broken connection raises."""
+    try:
+        return conn.read_response()
+    except NoScriptError:
+        return _LOAD_AGAIN
+    except NOT_RUN_HERE:
+        return _AGAIN
+    except redis.ResponseError as err:
+        return err
+
+
+def _answered(call: Call, reply: Any) -> Any:
+    """`reply`, or, where it says the call did not run there, the call run again through the client."""
+    if reply is _AGAIN or reply is _LOAD_AGAIN:
+        return _again(call, load=reply is _LOAD_AGAIN)
     return reply
 
 

@@ -14,7 +14,7 @@ from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from tasks.store.direct import Call, RoutedScript, in_one_trip, raised
+from tasks.store.direct import Call, StraightScript, in_one_trip, raised
 
 _registered: weakref.WeakKeyDictionary[Any, dict[str, Script]] = weakref.WeakKeyDictionary()
 
@@ -29,7 +29,7 @@ def registered(client: redis.Redis, source: str) -> Script:
     if script is None:
         # Each call goes straight on a connection of the client's pool (on a cluster, its slot's master's): the
         # client's own way costs every call its routing and bookkeeping again (tasks/store/direct.py).
-        script = scripts.setdefault(source, RoutedScript(client, source))
+        script = scripts.setdefault(source, StraightScript(client, source))
     return script
 
 
