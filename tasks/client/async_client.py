@@ -89,6 +89,7 @@ class AsyncClient(AsyncApprovals, AsyncBudgets):
             if last is not None and last.status == "failed" and core.same_message(last, text, attached.blocks):
                 return await self._retry_turn(last)
             enqueued = await self._run_enqueue(new, now, if_failed=False, on_busy=mode, message=message)
+        self._publisher.heard(enqueued.listeners)
         if enqueued.busy is not None:
             raise Busy(chat_id, enqueued.busy)
         if enqueued.woken is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from kombu.transport.redis import PublishBatch
 
 from config.celeryconfig import celery_config
 from config.settings import Settings
+from tasks.client.sent_events import SentEvents
 from tasks.reach import BROKER_ERRORS, Unavailable
 from tasks.runtime.kombu_fixes import install as install_kombu_fixes
 from tasks.store.ahead import USER_HEADER
@@ -61,6 +63,7 @@ def _no_subscription(producer: object, task_id: str) -> None:
 
 class _Kept(PublishBatch):
     """kombu's batch of a Redis channel's publish commands, kept in `into` instead of sent: `Publisher.prepared`'s.
+    A PUBLISH (the task-sent event) is kept as a read: its reply, how many heard it, comes back with the enqueue's.
     (`_buffered` is kombu's count of what a flush sends: none is left to send.)"""
 
     def __init__(self, channel: Any, max_size: int, into: Batch) -> None:
@@ -70,17 +73,24 @@ class _Kept(PublishBatch):
     def flush(self) -> None:
         for args, _options in self.pipeline.command_stack:
             command, key, *rest = (str(part) for part in args)
-            self._into.add(command, key, *rest)
+            (self._into.read if command == "PUBLISH" else self._into.add)(command, key, *rest)
         self.pipeline.reset()
         self._buffered = 0
 
 
 class Publisher:
+    _now = staticmethod(time.monotonic)  # the sent events' clock
+
     def __init__(self, settings: Settings) -> None:
         install_kombu_fixes()  # one Redis client object per channel, not one per publish
         self.settings = settings
         self.celery = _Celery("baton-client")
         self.celery.conf.update(celery_config(settings))
+        # The same app without the task-sent event, for the sends `prepared` makes while no receiver hears it
+        # (tasks/client/sent_events.py); it builds messages only, on `celery`'s producers.
+        self.quiet = _Celery("baton-client", set_as_current=False)
+        self.quiet.conf.update(celery_config(settings), task_send_sent_event=False)
+        self.sent_events = SentEvents()
         # The broker is the store's own Redis, by the same URL (not through Sentinels, not beside a cluster): a turn's
         # message may ride its enqueue (`prepared`).
         self.broker_is_store = (
@@ -117,8 +127,9 @@ class Publisher:
         asyncio client's publish threads, it held that client's event loop for 100 ms and more. Best effort: a
         broker that cannot be reached now is met (and reported) by the first send instead."""
         try:
-            self.celery.finalize(auto=True)
-            _ = (self.celery.amqp.router, self.celery.backend)
+            for app in (self.celery, self.quiet):
+                app.finalize(auto=True)
+                _ = (app.amqp.router, app.backend)
             queue = self.celery.amqp.queues[self.settings.queue]
             with contextlib.ExitStack() as held:
                 for _n in range(connections):  # held together: the pool opens one connection for each
@@ -132,7 +143,7 @@ class Publisher:
         """The Redis commands that would publish the unit's task (its LPUSH, and the task-sent event's PUBLISH), built
         by Celery and kombu as `publish` builds them and not sent: for the store's enqueue script to run, in the
         turn's own round trip (tasks/store/enqueue.py). Empty where the broker is not the store, or kombu would
-        send them at once rather than batch them."""
+        send them at once rather than batch them. The event only while a receiver hears it (`heard`)."""
         kept = Batch()
         if not self.broker_is_store:
             return kept
@@ -141,9 +152,15 @@ class Publisher:
             batches = getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")
             if not batches or getattr(channel, "global_keyprefix", None):  # a prefix kombu adds as it sends: not here
                 return kept
+            app = self.celery if self.sent_events.wanted(self._now()) else self.quiet
             with _keeping(channel, kept), producer.batch():
-                self._send_task(rec, task_id, producer)
+                self._send_task(rec, task_id, producer, app)
         return kept
+
+    def heard(self, receivers: int | None) -> None:
+        """How many received the task-sent event an enqueue published from `prepared` (None: it published none)."""
+        if receivers is not None:
+            self.sent_events.heard(receivers, self._now())
 
     def publish(self, rec: UnitRecord, task_id: str) -> None:
         """The task message and its task-sent event (Flower's) in one batch: one round trip on Redis (on RabbitMQ
@@ -157,7 +174,7 @@ class Publisher:
             log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
             self._send_task(rec, task_id, None)
 
-    def _send_task(self, rec: UnitRecord, task_id: str, producer: Any) -> None:
+    def _send_task(self, rec: UnitRecord, task_id: str, producer: Any, app: Celery | None = None) -> None:
         if rec.kind == "run":
             name, args = "baton.coding_run", [rec.unit_id]
         else:
@@ -167,8 +184,8 @@ class Publisher:
         # sender's `traceparent` when this process traces.
         headers = {USER_HEADER: rec.user or "", **trace_headers()}
         # The args' repr for Flower given, not left to Celery's `saferepr` (~25 µs a send, for two short ids).
-        self.celery.send_task(name, args=args, task_id=task_id, queue=queue, producer=producer, headers=headers,
-                              argsrepr=repr(args), kwargsrepr="{}")
+        (app or self.celery).send_task(name, args=args, task_id=task_id, queue=queue, producer=producer,
+                                       headers=headers, argsrepr=repr(args), kwargsrepr="{}")
 
     def _start_next(self, store: redis.Redis, owner_id: str) -> None:
         """A withdrawn turn left its chat's queue: the turn behind it (whose message was dropped because it was not

@@ -119,6 +119,7 @@ class Client(Budgets):
             enqueued = self._enqueue(
                 self.redis, owner, turn_id, new.fields, new.event, now, if_failed=False, on_busy=mode, message=message
             )
+        self._publisher.heard(enqueued.listeners)
         if enqueued.busy is not None:
             raise Busy(chat_id, enqueued.busy)
         if enqueued.woken is not None:

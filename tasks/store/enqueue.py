@@ -40,7 +40,8 @@ OnBusy = Literal["enqueue", "interrupt", "reject"]
 # message).
 # Replies: {'failed', id} (nothing written), {'busy', id} (reject: nothing written), or {'queued', position,
 # the id of a parked head woken to stop ('' for none), the chat's agent and queue (JSON) when the turn took
-# them (else false), the settled signal's last id ('0-0': none yet), 1 when the task message was published}.
+# them (else false), the settled signal's last id ('0-0': none yet), 1 when the task message was published, and the
+# reply of its first read (the task-sent event's PUBLISH: how many heard it; -1: none)}.
 _ENQUEUE = RUN_OPS + """
 local function finished(status)
   return not status or string.find(' ' .. ARGV[7] .. ' ', ' ' .. status .. ' ', 1, true)
@@ -109,12 +110,12 @@ if mode == 'interrupt' and #busy > 0 then
 end
 -- Where a caller that waits for this turn reads the settled signal from: every ending or park of it comes after.
 local tail = redis.call('XREVRANGE', KEYS[9], '+', '-', 'COUNT', 1)
-local published = 0
+local published, heard = 0, -1
 if after_fields <= #ARGV and queued == 1 and (not agent_queue or agent_queue == ARGV[12]) then
-  run_ops(after_fields, 8, {}, nil)
+  heard = run_ops(after_fields, 8, {}, nil)[1] or -1
   published = 1
 end
-return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0', published}
+return {'queued', queued, woken, agent, agent_queue, tail[1] and tail[1][1] or '0-0', published, heard}
 """
 
 _TERMINAL_JSON = " ".join(sorted(json.dumps(s) for s in TERMINAL))
@@ -134,6 +135,8 @@ class Enqueued:
     # the chat's settled signal's last id when the turn was written (a read beside the write: not what it did)
     settled_tail: str | None = field(default=None, compare=False)
     published: bool = False  # the script published the prepared task message (see the module)
+    # how many received the task-sent event it published with it (None: none), for `Publisher.heard`
+    listeners: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -200,11 +203,12 @@ def enqueued(reply: list[Any]) -> Enqueued:
     ahead, woken = int(reply[1]) - 1, text(reply[2]) or None
     tail = text(reply[5]) if len(reply) > 5 and reply[5] else None
     published = len(reply) > 6 and int(reply[6]) == 1
+    listeners = int(reply[7]) if len(reply) > 7 and int(reply[7]) >= 0 else None
     if len(reply) > 3 and reply[3]:
         agent, queue = json.loads(text(reply[3])), json.loads(text(reply[4]))
         return Enqueued(ahead=ahead, woken=woken, inherited=True, agent=agent, queue=queue, settled_tail=tail,
-                        published=published)
-    return Enqueued(ahead=ahead, woken=woken, settled_tail=tail, published=published)
+                        published=published, listeners=listeners)
+    return Enqueued(ahead=ahead, woken=woken, settled_tail=tail, published=published, listeners=listeners)
 
 
 SCRIPT = _ENQUEUE

@@ -27,6 +27,9 @@ class FakePublisher:
     def prepared(self, rec: UnitRecord, task_id: str) -> Batch:
         return Batch()
 
+    def heard(self, receivers: int | None) -> None:
+        assert receivers is None  # nothing rode the enqueue
+
     def send(self, store, rec: UnitRecord, task_id: str | None = None) -> None:
         self.sent.append((rec.unit_id, task_id or rec.task_id))
 

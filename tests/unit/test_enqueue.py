@@ -93,6 +93,15 @@ def test_a_head_turns_task_message_is_published_by_its_enqueue(store):
     assert UnitRecord.from_hash(store.hgetall(keys.record(OWNER, "t2"))) == UnitRecord.from_hash(_fields("t2"))
 
 
+def test_the_enqueue_says_how_many_heard_the_task_sent_event_it_published(store):
+    """The event's PUBLISH kept as a read (`Publisher.prepared`): its reply comes back; without one, nothing does."""
+    heard = Batch().add("LPUSH", "celery", "{}").read("PUBLISH", "/0.celeryev/task.sent", "{}")
+    assert Enqueue(store)(store, OWNER, "t1", _fields("t1"), "{}", 1.0, if_failed=True, message=heard).listeners == 0
+    other = keys.owner("chat", "c2")
+    found = Enqueue(store)(store, other, "t1", _fields("t1"), "{}", 1.0, if_failed=True, message=MESSAGE)
+    assert found.published and found.listeners is None  # no read: the event's reach is unknown
+
+
 def test_nothing_is_published_by_an_enqueue_that_writes_nothing(store):
     _last_turn(store, "t1", "failed")
     found = Enqueue(store)(store, OWNER, "t2", _fields("t2"), "{}", 1.0, if_failed=True, message=MESSAGE)
