@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -76,6 +76,32 @@ class _Kept(PublishBatch):
             (self._into.read if command == "PUBLISH" else self._into.add)(command, key, *rest)
         self.pipeline.reset()
         self._buffered = 0
+
+
+class _Heard(PublishBatch):
+    """kombu's batch of a Redis channel's publish commands, sent as kombu sends it, passing the task-sent event's
+    PUBLISH reply (how many heard it) to `heard`: `Publisher.publish`'s, to a Redis that is not the store."""
+
+    def __init__(self, channel: Any, max_size: int, heard: Callable[[int], None]) -> None:
+        super().__init__(channel, max_size)
+        self._heard = heard
+
+    def flush(self) -> None:
+        published = [at for at, (args, _options) in enumerate(self.pipeline.command_stack) if args[0] == "PUBLISH"]
+        replies: list[Any] = []
+        execute = self.pipeline.execute
+
+        def kept(*args: Any, **kwargs: Any) -> Any:
+            replies.extend(execute(*args, **kwargs))
+            return replies
+
+        self.pipeline.execute = kept  # kombu's flush, its errors and resets as they are; only the replies kept
+        try:
+            super().flush()
+        finally:
+            del self.pipeline.execute
+        if published and len(replies) > published[0] and isinstance(replies[published[0]], int):
+            self._heard(replies[published[0]])
 
 
 class Publisher:
@@ -158,18 +184,21 @@ class Publisher:
         return kept
 
     def heard(self, receivers: int | None) -> None:
-        """How many received the task-sent event an enqueue published from `prepared` (None: it published none)."""
+        """How many received the task-sent event a send published (None: it published none): an enqueue's, of a
+        message from `prepared`, or a Redis broker's, of one `publish` sent."""
         if receivers is not None:
             self.sent_events.heard(receivers, self._now())
 
     def publish(self, rec: UnitRecord, task_id: str) -> None:
-        """The task message and its task-sent event (Flower's) in one batch: one round trip on Redis (on RabbitMQ
-        they go one by one, as before). A batch that failed may or may not have been delivered, so it is published
-        again the ordinary way, with Celery's retries: a second copy of a unit's message is harmless (the unit's
-        record and lease turn it away), a lost one would not be."""
+        """The task message and its task-sent event (Flower's; on Redis, while a receiver hears it) in one batch:
+        one round trip on Redis (on RabbitMQ they go one by one, as before). A batch that failed may or may not have
+        been delivered, so it is published again the ordinary way, with Celery's retries: a second copy of a unit's
+        message is harmless (the unit's record and lease turn it away), a lost one would not be."""
         try:
-            with self.celery.producer_or_acquire() as producer, producer.batch():
-                self._send_task(rec, task_id, producer)
+            with self.celery.producer_or_acquire() as producer, _hearing(producer.channel, self.heard):
+                app = self.celery if self.sent_events.wanted(self._now()) else self.quiet
+                with producer.batch():
+                    self._send_task(rec, task_id, producer, app)
         except BatchPublishError as err:
             log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
             self._send_task(rec, task_id, None)
@@ -197,6 +226,20 @@ class Publisher:
             self.publish(nxt, nxt.task_id)
         except BROKER_ERRORS as err:
             log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
+
+
+@contextlib.contextmanager
+def _hearing(channel: Any, heard: Callable[[int], None]) -> Iterator[None]:
+    """While open, a Redis channel's publish batches tell `heard` how many heard the task-sent event they sent (a
+    channel that does not batch, RabbitMQ's, tells nothing: its sends always build the event)."""
+    if not (getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")):
+        yield
+        return
+    channel.create_publish_batch = lambda max_size: _Heard(channel, max_size, heard)
+    try:
+        yield
+    finally:
+        del channel.create_publish_batch
 
 
 @contextlib.contextmanager

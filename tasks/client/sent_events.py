@@ -2,11 +2,11 @@
 
 Celery's task-sent event (what lets Flower list a task before a worker has received it) costs each send ~0.15 to 0.2 ms
 of Python to build, and goes out on Redis pub/sub, where an event no subscriber hears is dropped by the server. Every
-event receiver (Flower, `celery events`) subscribes to the events' pattern, so where the enqueue script publishes the
-event with the task message, its PUBLISH says how many heard it. While none did, sends leave the event out, and one
-send at most every `RECHECK_SECONDS` builds it again to learn whether a receiver has come. A receiver that comes
-misses the task-sent events of the sends before that check: it lists those tasks from their `task-received` on, as
-it lists every task sent before it came.
+event receiver (Flower, `celery events`) subscribes to the events' pattern, so on a Redis broker the event's PUBLISH
+(run by the enqueue script, or sent in kombu's batch) says how many heard it. While none did, sends leave it out,
+and one send at most every `RECHECK_SECONDS` builds it again to learn whether a receiver has come. A receiver that
+comes misses the task-sent events of the sends before that check: it lists those tasks from their `task-received`
+on, as it lists every task sent before it came.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ REC = UnitRecord(kind="turn", owner_id=keys.owner("chat", "c1"), unit_id="t1", t
 
 
 class FakeProducer:
+    channel = None  # not a Redis channel: nothing to hear how many received the event
+
     def __init__(self, flush_fails: bool) -> None:
         self.flush_fails = flush_fails
 
