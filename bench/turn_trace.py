@@ -84,7 +84,7 @@ def classify(role: str, trip: Trip) -> str:
         if first.startswith('"LPUSH"'):
             return "send_task: publish (LPUSH)"
         if first.startswith('"EVALSHA"') and "LPUSH" in " ".join(trip.inner):
-            return "send_message: record, queue, event, task message and task-sent event (one script)"
+            return "send_message: record, queue, event, task message, task-sent event while heard (one script)"
         if "task.sent" in t:
             return "send_task: task-sent event"
         if first.startswith(('"XREVRANGE"', '"XREAD"', '"HGETALL"')):
