@@ -9,6 +9,7 @@ MONITOR counts the task-sent PUBLISHes; the client's clock for its re-checks is 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -59,13 +60,24 @@ def _turns(client: Any, prefix: str, n: int) -> list[str]:
     return ids
 
 
-def _counted(url: str, client: Any, prefix: str, n: int) -> tuple[list[str], int]:
-    """`_turns`, and how many task-sent events the scripts published meanwhile."""
+async def _async_turns(stack: Any, prefix: str, n: int) -> list[str]:
+    """`_turns` through an `AsyncClient` (a web app's), which learns who hears on its own."""
+    async with stack.async_client() as client:
+        ids = []
+        for i in range(n):
+            ref = await client.send_message(f"{prefix}-{i}", "hello")
+            assert (await client.wait(ref, timeout=60)).status == "completed"
+            ids.append(ref.task_id)
+        return ids
+
+
+def _counted(url: str, client: Any, prefix: str, n: int, stack: Any = None) -> tuple[list[str], int]:
+    """`_turns` (with `stack`, `_async_turns`), and how many task-sent events were published meanwhile."""
     probe, address = monitor.probe(url)
     watching = monitor.Monitor(url, address)
     try:
         probe.echo(monitor.START)
-        ids = _turns(client, prefix, n)
+        ids = _turns(client, prefix, n) if stack is None else asyncio.run(_async_turns(stack, prefix, n))
         probe.echo(monitor.END)
     finally:
         watching.close()
@@ -77,7 +89,8 @@ def _counted(url: str, client: Any, prefix: str, n: int) -> tuple[list[str], int
 @pytest.mark.parametrize("broker", ["the store", "its own"])
 def test_the_task_sent_event_goes_out_while_a_receiver_hears_it(stack, monkeypatch, broker):
     """With nobody listening (a worker running), the first send's event reaches no one and the sends after it leave
-    it out; a receiver that comes is heard from the first send after the re-check on, every send's event."""
+    it out, the sync client's as the asyncio client's; a receiver that comes is heard from the first send after the
+    re-check on, every send's event."""
     now = [1000.0]
     monkeypatch.setattr(Publisher, "_now", staticmethod(lambda: now[0]))
     url = stack.redis_server.url
@@ -90,6 +103,8 @@ def test_the_task_sent_event_goes_out_while_a_receiver_hears_it(stack, monkeypat
 
     _, published = _counted(url, client, "alone", 4)
     assert published == 1  # the first send's, which found no receiver
+    _, published = _counted(url, None, "alone-async", 3, stack)
+    assert published == 1  # the asyncio client's first
 
     patterns = redis.Redis.from_url(url)
     before = patterns.pubsub_numpat()  # the worker's own (its gossip's), which the events above did not match
