@@ -107,7 +107,7 @@ def test_the_task_sent_event_goes_out_while_a_receiver_hears_it(stack, monkeypat
     assert published == 1  # the asyncio client's first
 
     patterns = redis.Redis.from_url(url)
-    before = patterns.pubsub_numpat()  # the worker's own (its gossip's), which the events above did not match
+    before = patterns.pubsub_numpat()  # the worker's own (its pidbox's), which the events above did not match
     receiver = EventReceiver(broker_url)
     try:
         wait_until(lambda: patterns.pubsub_numpat() > before, 30, 0.05, "the receiver subscribed")
