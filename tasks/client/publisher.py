@@ -175,12 +175,10 @@ class Publisher:
             return kept
         with self.celery.producer_or_acquire() as producer:
             channel = producer.channel
-            batches = getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")
-            if not batches or getattr(channel, "global_keyprefix", None):  # a prefix kombu adds as it sends: not here
+            if not _batching(channel) or getattr(channel, "global_keyprefix", None):  # a prefix kombu adds as it sends
                 return kept
-            app = self.celery if self.sent_events.wanted(self._now()) else self.quiet
-            with _keeping(channel, kept), producer.batch():
-                self._send_task(rec, task_id, producer, app)
+            with _batches(channel, lambda max_size: _Kept(channel, max_size, kept)), producer.batch():
+                self._send_task(rec, task_id, producer, self._app())
         return kept
 
     def heard(self, receivers: int | None) -> None:
@@ -195,13 +193,20 @@ class Publisher:
         been delivered, so it is published again the ordinary way, with Celery's retries: a second copy of a unit's
         message is harmless (the unit's record and lease turn it away), a lost one would not be."""
         try:
-            with self.celery.producer_or_acquire() as producer, _hearing(producer.channel, self.heard):
-                app = self.celery if self.sent_events.wanted(self._now()) else self.quiet
-                with producer.batch():
-                    self._send_task(rec, task_id, producer, app)
+            with self.celery.producer_or_acquire() as producer:
+                channel = producer.channel
+                hearing: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+                if _batching(channel):  # one that does not (RabbitMQ's) tells nothing of who heard: it builds the event
+                    hearing = _batches(channel, lambda max_size: _Heard(channel, max_size, self.heard))
+                with hearing, producer.batch():
+                    self._send_task(rec, task_id, producer, self._app())
         except BatchPublishError as err:
             log.info("publishing %s again after a batch that may not have been delivered: %s", rec.unit_id, err)
             self._send_task(rec, task_id, None)
+
+    def _app(self) -> Celery:
+        """The app a send builds its message with: with the task-sent event while a receiver may hear it."""
+        return self.celery if self.sent_events.wanted(self._now()) else self.quiet
 
     def _send_task(self, rec: UnitRecord, task_id: str, producer: Any, app: Celery | None = None) -> None:
         if rec.kind == "run":
@@ -228,24 +233,15 @@ class Publisher:
             log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
 
 
-@contextlib.contextmanager
-def _hearing(channel: Any, heard: Callable[[int], None]) -> Iterator[None]:
-    """While open, a Redis channel's publish batches tell `heard` how many heard the task-sent event they sent (a
-    channel that does not batch, RabbitMQ's, tells nothing: its sends always build the event)."""
-    if not (getattr(channel, "supports_batch_publish", False) and hasattr(channel, "create_publish_batch")):
-        yield
-        return
-    channel.create_publish_batch = lambda max_size: _Heard(channel, max_size, heard)
-    try:
-        yield
-    finally:
-        del channel.create_publish_batch
+def _batching(channel: Any) -> bool:
+    """Whether kombu batches the channel's publishes (a Redis channel's: its commands in one pipeline)."""
+    return bool(getattr(channel, "supports_batch_publish", False)) and hasattr(channel, "create_publish_batch")
 
 
 @contextlib.contextmanager
-def _keeping(channel: Any, into: Batch) -> Iterator[None]:
-    """While open, the channel's publish batches keep their commands in `into` instead of sending them."""
-    channel.create_publish_batch = lambda max_size: _Kept(channel, max_size, into)
+def _batches(channel: Any, make: Callable[[int], PublishBatch]) -> Iterator[None]:
+    """While open, the channel's publish batches are `make(max_size)`'s (`_Kept`, `_Heard`) instead of kombu's."""
+    channel.create_publish_batch = make
     try:
         yield
     finally:
