@@ -134,7 +134,8 @@ class Client(Budgets):
             self._send(new.rec)
         # Else a turn ahead of it is unfinished, and the settle of the turn just ahead publishes it (the settle reads
         # the queue inside its fenced write, atomic with this enqueue): published now, its message would only be
-        # delivered, found not at the head and dropped. A hand-off lost to a crash is the lost-message sweep's.
+        # delivered, found not at the head and dropped. A hand-off lost to a crash is made by the settled turn's
+        # message coming back (retried, redelivered: it finds its turn finished), and on a Redis broker by the sweep.
         return new.ref
 
     def agents(self) -> dict[str, Any]:

@@ -97,12 +97,13 @@ def message_user(task: Task) -> str | None:
 
 
 def hand_off(task: Task, nxt: HandOff) -> None:
-    """Start the chat's next turn, right after this one's settle; if this fails, the lost-message sweep does."""
+    """Start the chat's next turn, right after this one's settle."""
     try:
         task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
                          headers={USER_HEADER: nxt.user or ""})
     except Exception:
-        log.warning("could not start the next turn %s; the sweep will", nxt.args, exc_info=True)
+        # On a Redis broker the lost-message sweep starts it; on RabbitMQ only this turn's message coming back does.
+        log.warning("could not start the next turn %s", nxt.args, exc_info=True)
 
 
 def reject_invalid(task: Task, problem: str) -> None:

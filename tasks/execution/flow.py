@@ -35,7 +35,7 @@ from tasks.execution import wiring
 from tasks.execution.live import RedisLiveText
 from tasks.execution.rate_wait import RateWaiting
 from tasks.execution.seeding import Seeding
-from tasks.execution.settling import Outcome, Unit
+from tasks.execution.settling import Outcome, Unit, next_turn
 from tasks.execution.starting import Starting
 from tasks.execution.watcher import Watcher
 from tasks.runtime import logs
@@ -124,7 +124,12 @@ class Execution(Starting, Seeding, RateWaiting):
             log.error("no record for %s %s; message dropped", unit.owner_id, unit.unit_id)
             return Outcome("drop", "unknown unit")
         if rec.terminal:
-            return Outcome("done", "already finished")
+            # The message of a turn that settled and then lost its hand-off (the store gone before the next turn
+            # was read, the worker killed before it published it) comes back here, redelivered or retried: it
+            # starts the next turn now. On RabbitMQ nothing else would: the lost-message sweep cannot see its
+            # queues. A needless copy is turned away by the lease or the finished record.
+            chat = unit.driver is Driver.CHAT_TURN
+            return Outcome("done", "already finished", hand_off=next_turn(self.client, unit.owner_id) if chat else None)
         loaded = self._hold(rec, taken, lease)
         if isinstance(loaded, Outcome):
             return loaded

@@ -52,6 +52,15 @@ class HandOff:
     user: str | None = None  # whose turn it is ("": nobody's; None: not known), for its message's header
 
 
+def next_turn(client: redis.Redis, owner_id: str) -> HandOff | None:
+    """The chat's head as a hand-off, when it waits for one: not running, not parked for an approval (the decision
+    that settles it enqueues it again)."""
+    nxt = chat_head_record(client, owner_id)
+    if nxt is None or nxt.status == "running" or (nxt.status == "waiting" and nxt.waiting_reason == "approval"):
+        return None
+    return HandOff((owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue, nxt.user or "")
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What the Celery task should do with its message (and, after a chat turn's settle, whom to start)."""
@@ -265,17 +274,16 @@ class Settling:
         """The chat's next turn, read after this turn left the queue: the settle starts it (no turn polls).
 
         `head` is the queue's head as the fenced write left it (read inside it), so a turn enqueued before it is
-        seen here, and one enqueued after it finds itself at the head when its own message runs. A crash before
-        the hand-off is published is recovered by the lost-message sweep (the chat stays in `keys.PENDING`
-        while it has unfinished turns). A needless copy (the next turn's own message is still in the broker) is
-        harmless: the lease, or the finished record, turns the second copy away.
+        seen here, and one enqueued after it finds itself at the head when its own message runs. A crash or a store
+        error before the hand-off is published is recovered by this turn's message coming back, retried or
+        redelivered: it finds the turn finished and starts the next (`Execution.run`); on a Redis broker also by
+        the lost-message sweep (the chat stays in `keys.PENDING` while it has unfinished turns). A needless copy
+        (the next turn's own message is still in the broker) is harmless: the lease, or the finished record, turns
+        the second copy away.
         """
         if head is None:
             return None  # the common case, a chat with nothing queued behind this turn: no read of its own
-        nxt = chat_head_record(self.client, self.unit.owner_id)
-        if nxt is None or nxt.status == "running":
-            return None
-        return HandOff((self.unit.owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue, nxt.user or "")
+        return next_turn(self.client, self.unit.owner_id)
 
     def _stored_round(self, state: LoopState) -> bytes | None:
         """What a failed unit finished, serialized for the expiring slot (None: nothing worth keeping)."""

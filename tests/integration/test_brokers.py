@@ -18,6 +18,7 @@ import redis
 from kombu import Connection, Exchange, Producer
 
 from config.topology import dead_letter_queue, dead_letter_queue_name
+from tasks.store import keys
 from tests.support import counting_tools
 from tests.support.fake_anthropic import Fault, Script, failing, text, tool_call
 from tests.support.processes import wait_until
@@ -79,6 +80,35 @@ def test_the_same_turn_delivered_twice_runs_once(broker_stack):
     transcript = client.transcript("c3")
     assert [m.role for m in transcript] == ["user", "assistant", "user", "assistant"]  # asked, tool round, reply
     assert [len(m.tool_uses) for m in transcript] == [0, 1, 0, 0]
+
+
+def test_over_amqp_a_lost_hand_off_is_made_by_the_settled_turns_message_coming_back(amqp_stack):
+    """t2 waits behind t1 with no message of its own; t1's settle is written but its hand-off of t2 is lost (here:
+    t2 reads as running while t1 settles, so the settle starts nobody; in the chaos run that found it, Redis was
+    killed between the settle and the hand-off). On RabbitMQ the lost-message sweep cannot see the queue, and t2's
+    only way to start is t1's message coming back (a retry after the store error, a redelivery after a SIGKILL):
+    it finds t1 finished and starts t2."""
+    stack = amqp_stack
+    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "one"}), text("first"), text("second")]))
+    worker = stack.worker()
+    client = stack.client()
+    r = _redis(stack)
+    first = client.send_message("lost-hand-off", "one")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    second = client.send_message("lost-hand-off", "two")
+    t2 = keys.record(keys.owner("chat", "lost-hand-off"), second.turn_id)
+    assert r.hget(t2, "status") == b'"queued"'
+    r.hset(t2, "status", '"running"')
+    r.rpush(counting_tools.RELEASE_KEY, "go")
+    assert client.wait(first, timeout=30).reply == "first"
+    # The settle reads the next turn after its write: t1's task is over only once the worker logs it.
+    wait_until(lambda: f"[{first.task_id}] succeeded in" in worker.log(), 30, what="t1's task to end")
+    r.hset(t2, "status", '"queued"')  # settled, and nobody started t2: the hand-off is lost
+
+    client._celery.send_task("baton.chat_turn", args=["lost-hand-off", first.turn_id], task_id=first.task_id,
+                             queue=stack.queue)
+    assert client.wait(second, timeout=30).reply == "second"
+    assert stack.fake_api.request_count == 3
 
 
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):

@@ -97,6 +97,23 @@ def test_a_settle_whose_hand_off_was_lost_is_recovered_by_the_lost_message_sweep
     assert sweep_lost_messages(store, store, app, SETTINGS, now=now + 1) == []
 
 
+def test_a_settle_whose_hand_off_was_lost_is_recovered_by_its_own_message_coming_back(store):
+    """The same loss on any broker: t1's settle is written, then the store goes away before t2 is read (the worker
+    retries t1's message) or the worker dies before publishing t2 (the broker delivers t1's message again). That
+    message finds t1 finished and starts t2 itself; on RabbitMQ nothing else would (the sweep cannot see its
+    queues: chaos on RabbitMQ under load lost such a turn). A later copy, with t2 running, starts nothing."""
+    _enqueue(store, "t1")
+    _enqueue(store, "t2")
+    assert _run("t2").action == "drop"
+    assert _run("t1").hand_off is not None  # ... and lost
+    again = _run("t1")
+    assert (again.action, again.reason) == ("done", "already finished")
+    assert again.hand_off == HandOff(("c1", "t2"), "task-t2", user="")
+    assert sweep_lost_messages(store, None, FakeApp(), SETTINGS, now=time.time() + 60) == []  # RabbitMQ: no sweep
+    store.hset(keys.record(OWNER, "t2"), "status", '"running"')
+    assert _run("t1").hand_off is None
+
+
 def test_a_turn_the_sweep_gives_up_on_starts_the_next(store):
     """A running head whose worker was lost past the interruption limit is failed by the sweep, which then
     starts the chat's next turn as a settle would."""
