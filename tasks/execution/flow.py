@@ -51,6 +51,7 @@ from tasks.store.preflight import PREFLIGHT
 from tasks.store.reads import keys, parse_transcript
 from tasks.store.records import Failure, UnitRecord
 from tasks.store.replicas import REPLICAS
+from tasks.store.replies import text_or_none
 from tasks.store.take import HISTORY_LEN, TEXT, Taken, take
 from tasks.telemetry.executions import traced
 
@@ -267,7 +268,7 @@ class Execution(Holding, Starting, Seeding, RateWaiting):
                                  self.lease_token, deferred=isinstance(provider, LimitedProvider)),
             )
         except Cancelled as stop:
-            if stop.reason == "stop":
+            if stop.reason == "stop" or self._stop_asked():
                 return self._settle_stopped(rec, state)
             return self._interrupted(rec, state, "platform_deploy")
         except (RequestFailed, LoopFailure) as err:
@@ -279,6 +280,13 @@ class Execution(Holding, Starting, Seeding, RateWaiting):
         except RateLimited as wait:
             return self._rate_limited(rec, state, config, wait)
         return self._settle(rec, state, "completed", None)
+
+    def _stop_asked(self) -> bool:
+        """Whether a stop names the unit now, though a drain cancelled it first: the stop settles it here, as the
+        user asked, instead of a requeue whose next execution would only stop it (with a deploy notice before the
+        stop's, and a worker's take spent on it). A poll between a SIGTERM's drain flag and an interrupt's stop key
+        reads the drain alone, so which came first is a race the user cannot see and should not pay for."""
+        return text_or_none(self.client.get(keys.stop(self.unit.owner_id))) in (self.unit.unit_id, "*")
 
     def _asks(self, rec: UnitRecord, config: LoopConfig, agent: Resolved | None, *, gated: bool
               ) -> Callable[[], Ask] | None:

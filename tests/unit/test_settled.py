@@ -9,13 +9,14 @@ import fakeredis
 import pytest
 
 from agent.loop.policy import Driver
-from agent.messages import ToolUseBlock
-from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_text
+from agent.messages import ToolUseBlock, stop_notice
+from agent.provider.scripted import ScriptedProvider, ScriptedReply, reply_text, reply_tool
 from config.settings import Settings
 from tasks.client import Client
 from tasks.execution import wiring
 from tasks.execution.flow import Execution, Unit
 from tasks.store import keys, settled
+from tasks.store.reads import parse_transcript
 from tasks.store.records import Failure, TurnRef, UnitRecord
 from tasks.store.withdrawal import withdraw
 
@@ -121,3 +122,25 @@ def test_wait_returns_on_the_signal_of_a_park_each_wake_one_round_trip_with_the_
     assert bare == []  # no read of the record on its own
     assert trips[0] == ["XREVRANGE", "HGETALL"]  # the signal's tail and the record, before the first wait
     assert 2 <= len(trips) - 1 <= 3 and all(t == ["XREAD", "HGETALL"] for t in trips[1:]), trips
+
+
+def test_a_stop_asked_while_a_drain_is_settling_ends_the_unit_stopped_not_requeued(store, monkeypatch):
+    """A SIGTERM's drain reached the unit first (its watcher's poll read the drain flag before the stop key was
+    written), and the user's stop came before the unit settled: it ends `stopped` here with the stop's notice alone,
+    not requeued with a deploy notice for the next worker to stop it (CI saw both notices in one transcript). Shown
+    red without `_stop_asked`: the outcome was `requeue`."""
+    _enqueue(store)
+    execution = Execution(SETTINGS, Unit(Driver.CHAT_TURN, OWNER, "t1"), hostname="w@test", task_id="task-t1")
+
+    def drained_then_stopped(_request, _attempt):
+        execution.cancel.cancel("drain")
+        store.set(keys.stop(OWNER), "t1")
+        return reply_tool("record_note", {"note": "n1"})
+
+    monkeypatch.setattr(wiring, "build_provider", lambda s, c, a=None: ScriptedProvider(drained_then_stopped))
+    outcome = execution.run()
+    assert (outcome.action, outcome.reason) == ("done", "stopped"), outcome
+    transcript = parse_transcript(store.lrange(keys.transcript(OWNER), 0, -1))
+    notices = [m.text for m in transcript if m.role == "notice"]
+    assert notices == [stop_notice(None)]
+    assert store.hget(keys.record(OWNER, "t1"), "interruptions") in (None, b"0")
