@@ -97,13 +97,20 @@ def message_user(task: Task) -> str | None:
 
 
 def hand_off(task: Task, nxt: HandOff) -> None:
-    """Start the chat's next turn, right after this one's settle."""
+    """Start the chat's next turn, right after this one's settle; when the broker refuses the publish, this turn's
+    message goes back to its queue (acks are late: it is not acknowledged yet), and its next delivery finds the
+    turn finished and makes the hand-off again (flow's `already finished`).
+
+    Acknowledged instead, the message would leave the next turn waiting for good on RabbitMQ, whose queues the
+    lost-message sweep cannot see. A publish that keeps failing brings the message back once per failed attempt,
+    each after kombu's publish retries: a loop as slow as those, that ends when the broker takes the publish."""
     try:
         task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
                          headers={USER_HEADER: nxt.user or ""})
-    except Exception:
-        # On a Redis broker the lost-message sweep starts it; on RabbitMQ only this turn's message coming back does.
-        log.warning("could not start the next turn %s", nxt.args, exc_info=True)
+    except Exception as err:
+        log.warning("could not start the next turn %s (%s: %s); this turn's message goes back to its queue to make "
+                    "the hand-off again", nxt.args, type(err).__name__, err)
+        raise Reject(f"the hand-off to {nxt.task_id} was not published", requeue=True) from err
 
 
 def reject_invalid(task: Task, problem: str) -> None:

@@ -13,7 +13,7 @@ from agent.provider.scripted import ScriptedProvider, reply_text
 from config.settings import Settings
 from tasks.execution import wiring
 from tasks.execution.flow import Execution, Unit
-from tasks.execution.settling import HandOff
+from tasks.execution.settling import HandOff, Outcome
 from tasks.runtime.sweeper import pending_check_seconds, sweep_lost_messages, sweep_once
 from tasks.store import keys
 from tasks.store.records import UnitRecord
@@ -154,3 +154,21 @@ def test_a_copy_that_read_the_record_before_its_unit_finished_does_not_run_it_ag
     assert not store.exists(keys.lease(OWNER))  # the copy gave back the lease it took
     monkeypatch.setattr(Execution, "_take_lease", take_lease)
     assert (_run("t1").action, _run("t1").reason) == ("done", "already finished")
+
+
+def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again():
+    """The broker refuses the publish of t2 (kombu's retries spent) while this worker's consumer still works: t1's
+    message is rejected with requeue instead of acknowledged, and its next delivery (the test above) starts t2. Shown
+    red with the old handler, which logged and let the message be acknowledged: nothing was raised."""
+    from celery.exceptions import Reject
+    from kombu.exceptions import OperationalError
+
+    from tasks.drivers.acting import act
+
+    class Refused:
+        def apply_async(self, **_options):
+            raise OperationalError("[Errno 104] Connection reset by peer")
+
+    with pytest.raises(Reject) as rejected:
+        act(Refused(), Outcome("done", "completed", hand_off=HandOff(("c1", "t2"), "task-t2", user="")))
+    assert rejected.value.requeue
