@@ -53,10 +53,9 @@ class HandOff:
 
 
 def next_turn(client: redis.Redis, owner_id: str) -> HandOff | None:
-    """The chat's head as a hand-off, when it waits for one: not running, not parked for an approval (the decision
-    that settles it enqueues it again)."""
+    """The chat's head as a hand-off, when it waits for one (`UnitRecord.awaits_hand_off`)."""
     nxt = chat_head_record(client, owner_id)
-    if nxt is None or nxt.status == "running" or (nxt.status == "waiting" and nxt.waiting_reason == "approval"):
+    if nxt is None or not nxt.awaits_hand_off:
         return None
     return HandOff((owner_id.partition(":")[2], nxt.unit_id), nxt.task_id, nxt.queue, nxt.user or "")
 

@@ -105,7 +105,7 @@ def _requeue(client: redis.Redis, app: Celery, settings: Settings, rec: UnitReco
 def _hand_off(client: redis.Redis, app: Celery, settings: Settings, owner_id: str) -> None:
     """A turn the sweep gave up on left its chat's queue: start the next turn, as a settle would."""
     nxt = chat_head_record(client, owner_id)
-    if nxt is not None and nxt.status != "running":
+    if nxt is not None and nxt.awaits_hand_off:
         publish(app, settings, nxt)
 
 

@@ -105,6 +105,12 @@ class UnitRecord(BaseModel):
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    @property
+    def awaits_hand_off(self) -> bool:
+        """Whether this turn, at its chat's head, waits for someone to publish it: not running, not parked for an
+        approval (the decision that settles it enqueues it again). What a settle and the sweep both ask."""
+        return self.status != "running" and not (self.status == "waiting" and self.waiting_reason == "approval")
+
 
 _FIELD_NAMES = {name: json.dumps(name) for name in UnitRecord.model_fields}
 
