@@ -111,6 +111,42 @@ def test_over_amqp_a_lost_hand_off_is_made_by_the_settled_turns_message_coming_b
     assert stack.fake_api.request_count == 3
 
 
+def test_over_amqp_a_hand_off_the_broker_refuses_is_made_again_once_it_takes_publishes(amqp_stack,
+                                                                                      rabbitmq: RabbitMQNode):
+    """The broker itself refuses t1's hand-off of t2: the work queue is over a length limit whose overflow is
+    `reject-publish`, so RabbitMQ nacks the publish (publisher confirms are on) while the consumer keeps its
+    channel. t1's message goes back to the queue instead of being acknowledged, comes back, finds t1 finished and
+    tries again, and t2 answers once the limit is gone. Acknowledged instead, t1's message would take the hand-off
+    with it and t2 would wait for good: nothing sweeps RabbitMQ's queues."""
+    stack = amqp_stack
+    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "one"}), text("first"), text("second")]))
+    worker = stack.worker(concurrency=1)  # prefetch 1: while t1 runs, the worker takes nothing else
+    client = stack.client()
+    r = _redis(stack)
+    first = client.send_message("refused-hand-off", "one")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    second = client.send_message("refused-hand-off", "two")  # queued behind t1: no message of its own yet
+    no_room = json.dumps({"max-length": 0, "overflow": "reject-publish"})
+    assert rabbitmq.ctl_call("set_policy", "--apply-to", "queues", "baton-no-room", f"^{stack.queue}$",
+                             no_room).returncode == 0
+    try:
+        # A quorum queue refuses publishes once it is over its limit: one ready message puts it there (a ping,
+        # which the worker runs harmlessly once it is free).
+        client._celery.send_task("baton.ping", queue=stack.queue)
+        rabbitmq.wait_for_messages(stack.queue, 2)  # t1's, held, and the ping, ready
+        r.rpush(counting_tools.RELEASE_KEY, "go")
+        assert client.wait(first, timeout=30).reply == "first"
+        refused = f"could not start the next turn ('refused-hand-off', '{second.turn_id}')"
+        wait_until(lambda: refused in worker.log(), 30, what="the broker to refuse the hand-off")
+    finally:
+        assert rabbitmq.ctl_call("clear_policy", "baton-no-room").returncode == 0
+    assert client.wait(second, timeout=30).reply == "second"
+    assert stack.fake_api.request_count == 3
+    assert counting_tools.calls(r, "blocking_write") == 1
+    assert f"[{first.task_id}] succeeded in" in worker.log()  # its message came back and was then acknowledged
+    rabbitmq.wait_for_messages(stack.queue, 0)
+
+
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):
     """The worker declares the work queue as a quorum queue dead-lettering into `<queue>.deadletter` (declared
     too); a turn leaves nothing behind in it."""
