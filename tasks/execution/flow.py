@@ -286,7 +286,7 @@ class Execution(Holding, Starting, Seeding, RateWaiting):
         user asked, instead of a requeue whose next execution would only stop it (with a deploy notice before the
         stop's, and a worker's take spent on it). A poll between a SIGTERM's drain flag and an interrupt's stop key
         reads the drain alone, so which came first is a race the user cannot see and should not pay for."""
-        return text_or_none(self.client.get(keys.stop(self.unit.owner_id))) in (self.unit.unit_id, "*")
+        return keys.stop_names(text_or_none(self.client.get(keys.stop(self.unit.owner_id))), self.unit.unit_id)
 
     def _asks(self, rec: UnitRecord, config: LoopConfig, agent: Resolved | None, *, gated: bool
               ) -> Callable[[], Ask] | None:

@@ -34,7 +34,7 @@ class Loaded:
 def stopping(loaded: Loaded, rec: UnitRecord) -> bool:
     """Whether the unit is to stop as it starts: the stop key names it (or all), or a new message interrupted it
     while it was queued (`stop_reason`, written with that message's enqueue, read with the lease)."""
-    return loaded.stop in (rec.unit_id, "*") or rec.stop_reason is not None
+    return keys.stop_names(loaded.stop, rec.unit_id) or rec.stop_reason is not None
 
 
 class Holding(Agency):

@@ -139,7 +139,7 @@ class Settling:
         since_ms = int(max(0.0, rec.created_at - 60) * 1000)  # a minute's slack for the clocks of client and Redis
         due = time.time() + self.settings.live_text_retention
         batch.add("ZADD", keys.delta_trim(owner), str(due), json.dumps([owner, self.unit.unit_id, since_ms]))
-        batch.delete_if(keys.stop(owner), self.unit.unit_id, "*")  # a stop for this unit is spent
+        batch.delete_if(keys.stop(owner), self.unit.unit_id, keys.STOP_ALL)  # a stop for this unit is spent
         if self.unit.driver is Driver.CHAT_TURN:
             batch.add("LREM", keys.queue(owner), "1", self.unit.unit_id)
         batch.add("DEL", keys.lease(owner))

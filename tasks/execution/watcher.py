@@ -120,7 +120,7 @@ class Watcher:
 
     def seen(self, *, stop: str | None, draining: bool) -> None:
         """Act on the stop and drain flags as read: a stop naming this unit (or all), or a drain, cancels."""
-        if stop and stop in (self._unit_id, "*"):
+        if keys.stop_names(stop, self._unit_id):
             self._cancel.cancel("stop")
         elif draining:
             self._cancel.cancel("drain")

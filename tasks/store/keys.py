@@ -241,7 +241,16 @@ def round_slot(owner_id: str) -> str:
 
 @unit_key("owner")
 def stop(owner_id: str) -> str:
+    """The owner's stop: its value names the unit to stop (`stop_names`)."""
     return f"{base(owner_id)}:stop"
+
+
+STOP_ALL = "*"  # a stop key's value that stops whichever of the owner's units reads it
+
+
+def stop_names(value: str | None, unit_id: str) -> bool:
+    """Whether a stop key's value, as read, asks this unit to stop: its id, or `STOP_ALL`."""
+    return value is not None and value in (unit_id, STOP_ALL)
 
 
 @unit_key("owner")

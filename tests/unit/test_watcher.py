@@ -275,3 +275,9 @@ def test_a_beat_slow_because_the_store_is_is_not_called_late(monkeypatch, caplog
             poller.discard(watcher)
     assert len(beats) >= 4 and beats[1] - beats[0] >= 1.2  # the slow beat ran, and the poller went on after it
     assert "the beat came" not in caplog.text
+
+
+@pytest.mark.parametrize(("value", "named"), [("t1", True), (keys.STOP_ALL, True), ("t2", False), ("", False),
+                                              (None, False)])
+def test_a_stop_key_names_its_unit_or_all_and_nothing_else(value, named):
+    assert keys.stop_names(value, "t1") is named
