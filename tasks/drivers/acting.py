@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
@@ -17,6 +18,13 @@ from tasks.execution.settling import HandOff, Outcome
 from tasks.store.ahead import USER_HEADER
 
 log = logging.getLogger("baton.tasks")
+
+# How long a worker waits before it sends back a message whose hand-off the broker refused. Without it, a broker
+# that keeps refusing (a work queue over a length limit) gets the message back at once and refuses it again: a loop
+# at the speed of a round trip, and on RabbitMQ 4.0 twenty redeliveries (its default delivery limit) within the
+# same second, which dead-letters the message that carries the hand-off. The pause holds one pool slot meanwhile.
+REFUSED_HAND_OFF_PAUSE = 1.0
+_pause = time.sleep
 
 
 class PlatformInterrupt(BatonError):
@@ -103,13 +111,15 @@ def hand_off(task: Task, nxt: HandOff) -> None:
 
     Acknowledged instead, the message would leave the next turn waiting for good on RabbitMQ, whose queues the
     lost-message sweep cannot see. A publish that keeps failing brings the message back once per failed attempt,
-    each after kombu's publish retries: a loop as slow as those, that ends when the broker takes the publish."""
+    each after kombu's publish retries and `REFUSED_HAND_OFF_PAUSE`: a slow loop, that ends when the broker takes
+    the publish."""
     try:
         task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
                          headers={USER_HEADER: nxt.user or ""})
     except Exception as err:
         log.warning("could not start the next turn %s (%s: %s); this turn's message goes back to its queue to make "
-                    "the hand-off again", nxt.args, type(err).__name__, err)
+                    "the hand-off again in %.0f s", nxt.args, type(err).__name__, err, REFUSED_HAND_OFF_PAUSE)
+        _pause(REFUSED_HAND_OFF_PAUSE)
         raise Reject(f"the hand-off to {nxt.task_id} was not published", requeue=True) from err
 
 

@@ -134,8 +134,9 @@ class RabbitMQNode:
         path = self.dir / "server.out"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def ctl_call(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        """`rabbitmqctl -n NODE ARGS...` against this node (its own cookie, its own epmd)."""
+    def ctl_call(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        """`rabbitmqctl -n NODE ARGS...` against this node (its own cookie, its own epmd). Each call boots an Erlang
+        VM: on two cores shared with the suite and two busy loops, one `list_queues` took over 30 s."""
         return subprocess.run(
             [str(self.ctl), "-n", self.name, *args], env=self.env, capture_output=True, text=True, timeout=timeout
         )

@@ -156,19 +156,25 @@ def test_a_copy_that_read_the_record_before_its_unit_finished_does_not_run_it_ag
     assert (_run("t1").action, _run("t1").reason) == ("done", "already finished")
 
 
-def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again():
+def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again(monkeypatch):
     """The broker refuses the publish of t2 (kombu's retries spent) while this worker's consumer still works: t1's
     message is rejected with requeue instead of acknowledged, and its next delivery (the test above) starts t2. Shown
     red with the old handler, which logged and let the message be acknowledged: nothing was raised."""
     from celery.exceptions import Reject
     from kombu.exceptions import OperationalError
 
-    from tasks.drivers.acting import act
+    from tasks.drivers import acting
+
+    paused: list[float] = []
+    monkeypatch.setattr(acting, "_pause", paused.append)
 
     class Refused:
         def apply_async(self, **_options):
             raise OperationalError("[Errno 104] Connection reset by peer")
 
     with pytest.raises(Reject) as rejected:
-        act(Refused(), Outcome("done", "completed", hand_off=HandOff(("c1", "t2"), "task-t2", user="")))
+        acting.act(Refused(), Outcome("done", "completed", hand_off=HandOff(("c1", "t2"), "task-t2", user="")))
     assert rejected.value.requeue
+    # Not at once: a broker that keeps refusing would get it back and refuse it again at the speed of a round trip
+    # (and RabbitMQ 4.0 would dead-letter it on its twentieth delivery, within the same second).
+    assert paused == [acting.REFUSED_HAND_OFF_PAUSE]
