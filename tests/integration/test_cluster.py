@@ -275,6 +275,48 @@ def test_one_sweep_visits_every_shard_of_the_active_index(cstack):
     assert sorted(app.sent) == sorted(chats.values())
 
 
+def test_a_sweeps_read_of_an_index_gives_every_shards_entries_and_follows_a_moved_shard(cluster):
+    """A sweep reads an index's 64 shards in one round trip, each master's shards straight on one of its connections:
+    every shard's entries come back, each score as text that reads back as the same number (a sweep compares it back
+    in a script), at most `limit` a shard. One shard's slot then moves to another master while the client's slot
+    map still names the old one (MOVED): that shard is read again through the cluster's client, nothing missed."""
+    from tasks.store import indexes
+
+    store = _store(cluster)
+    keys.use_cluster(True)
+    name = f"{keys.PREFIX}:sweep-read-test"
+    shard_keys = keys.shards(name)
+    for i, key in enumerate(shard_keys):
+        store.zadd(key, {f"m{i}-early": 5, f"m{i}-odd": 1733500000.1 + i / 7, f"m{i}-later": 9e9})
+
+    def read(until: float, limit: int | None = None) -> list[tuple[str, str, float]]:
+        return [(key, member.decode(), score) for key in shard_keys
+                for member, score in store.zrangebyscore(key, "-inf", until, start=0 if limit else None, num=limit,
+                                                         withscores=True)]
+
+    def exact(entries: list[tuple[str, str, str]]) -> list[tuple[str, str, float]]:
+        back = [float(score) for _, _, score in entries]
+        assert [repr(b) for b in back] == [score for _, _, score in entries]
+        return [(key, member, b) for (key, member, _), b in zip(entries, back, strict=True)]
+
+    try:
+        expected = read(2e9)
+        assert len(expected) == 2 * keys.SHARDS
+        assert exact(indexes.due(store, name, 2e9)) == expected
+        assert exact(indexes.due(store, name, 2e9, limit=1)) == read(2e9, limit=1)
+        assert indexes.count(store, name) == 3 * keys.SHARDS
+
+        moved = key_slot(shard_keys[5])
+        source = cluster.master_for_slot(moved)
+        cluster.move_slot(moved, next(m for m in cluster.masters() if m.port != source.port))
+        assert exact(indexes.due(store, name, 2e9)) == expected  # the client's map still had the old master
+        assert indexes.count(store, name) == 3 * keys.SHARDS
+    finally:
+        for key in shard_keys:
+            store.delete(key)
+        store.close()
+
+
 def test_a_master_failover_is_followed_and_the_write_confirmed_before_it_runs_once(
     redis_server: RedisServer, fake_api: FakeMessagesServer, tmp_path: Path
 ):
