@@ -22,8 +22,13 @@ log = logging.getLogger("baton.tasks")
 # How long a worker waits before it sends back a message whose hand-off the broker refused. Without it, a broker
 # that keeps refusing (a work queue over a length limit) gets the message back at once and refuses it again: a loop
 # at the speed of a round trip, and on RabbitMQ 4.0 twenty redeliveries (its default delivery limit) within the
-# same second, which dead-letters the message that carries the hand-off. The pause holds one pool slot meanwhile.
+# same second, which dead-letters the message that carries the hand-off. The wait doubles with each time the
+# broker says the message came back before (a quorum queue's `x-delivery-count`), up to a cap, so those twenty
+# returns span about three minutes of refusals rather than twenty seconds; the cap bounds how long the pause holds
+# one pool slot, which a worker draining an over-full queue needs back.
 REFUSED_HAND_OFF_PAUSE = 1.0
+REFUSED_HAND_OFF_MAX_PAUSE = 10.0
+DELIVERY_COUNT_HEADER = "x-delivery-count"
 _pause = time.sleep
 
 
@@ -111,16 +116,24 @@ def hand_off(task: Task, nxt: HandOff) -> None:
 
     Acknowledged instead, the message would leave the next turn waiting for good on RabbitMQ, whose queues the
     lost-message sweep cannot see. A publish that keeps failing brings the message back once per failed attempt,
-    each after kombu's publish retries and `REFUSED_HAND_OFF_PAUSE`: a slow loop, that ends when the broker takes
-    the publish."""
+    each after kombu's publish retries and `refused_hand_off_pause`: a slow loop, that ends when the broker takes the
+    publish."""
     try:
         task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
                          headers={USER_HEADER: nxt.user or ""})
     except Exception as err:
+        pause = refused_hand_off_pause(task.request.get(DELIVERY_COUNT_HEADER))
         log.warning("could not start the next turn %s (%s: %s); this turn's message goes back to its queue to make "
-                    "the hand-off again in %.0f s", nxt.args, type(err).__name__, err, REFUSED_HAND_OFF_PAUSE)
-        _pause(REFUSED_HAND_OFF_PAUSE)
+                    "the hand-off again in %.0f s", nxt.args, type(err).__name__, err, pause)
+        _pause(pause)
         raise Reject(f"the hand-off to {nxt.task_id} was not published", requeue=True) from err
+
+
+def refused_hand_off_pause(returned: object) -> float:
+    """The wait before a refused hand-off's message goes back, the broker having returned it `returned` times before
+    (its delivery count; anything but a positive count, as a Redis broker's message has none: the first time)."""
+    times = returned if isinstance(returned, int) and not isinstance(returned, bool) and returned > 0 else 0
+    return min(REFUSED_HAND_OFF_PAUSE * float(2 ** min(times, 16)), REFUSED_HAND_OFF_MAX_PAUSE)
 
 
 def reject_invalid(task: Task, problem: str) -> None:

@@ -156,25 +156,57 @@ def test_a_copy_that_read_the_record_before_its_unit_finished_does_not_run_it_ag
     assert (_run("t1").action, _run("t1").reason) == ("done", "already finished")
 
 
-def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again(monkeypatch):
-    """The broker refuses the publish of t2 (kombu's retries spent) while this worker's consumer still works: t1's
-    message is rejected with requeue instead of acknowledged, and its next delivery (the test above) starts t2. Shown
-    red with the old handler, which logged and let the message be acknowledged: nothing was raised."""
-    from celery.exceptions import Reject
+def _refused(returned: int | None = None):
+    """A task whose hand-off publish the broker refuses (kombu's retries spent), its message returned `returned`
+    times before (a quorum queue's `x-delivery-count`; None: the header absent, as on a Redis broker)."""
+    from celery.app.task import Context
     from kombu.exceptions import OperationalError
+
+    class Refused:
+        request = Context({"id": "task-t1"} if returned is None else {"id": "task-t1", "x-delivery-count": returned})
+
+        def apply_async(self, **_options):
+            raise OperationalError("[Errno 104] Connection reset by peer")
+
+    return Refused()
+
+
+def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again(monkeypatch):
+    """The broker refuses the publish of t2 while this worker's consumer still works: t1's message is rejected with
+    requeue instead of acknowledged, and its next delivery (the test above) starts t2. Shown red with the old
+    handler, which logged and let the message be acknowledged: nothing was raised."""
+    from celery.exceptions import Reject
 
     from tasks.drivers import acting
 
     paused: list[float] = []
     monkeypatch.setattr(acting, "_pause", paused.append)
-
-    class Refused:
-        def apply_async(self, **_options):
-            raise OperationalError("[Errno 104] Connection reset by peer")
-
-    with pytest.raises(Reject) as rejected:
-        acting.act(Refused(), Outcome("done", "completed", hand_off=HandOff(("c1", "t2"), "task-t2", user="")))
-    assert rejected.value.requeue
+    hand_off = HandOff(("c1", "t2"), "task-t2", user="")
+    for returned in (None, 0, 1, 3, 19):
+        with pytest.raises(Reject) as rejected:
+            acting.act(_refused(returned), Outcome("done", "completed", hand_off=hand_off))
+        assert rejected.value.requeue
     # Not at once: a broker that keeps refusing would get it back and refuse it again at the speed of a round trip
-    # (and RabbitMQ 4.0 would dead-letter it on its twentieth delivery, within the same second).
-    assert paused == [acting.REFUSED_HAND_OFF_PAUSE]
+    # (and RabbitMQ 4.0 would dead-letter it on its twentieth return, within the same second). The wait grows with
+    # each return the broker counted (red while it stayed at 1 s: [1.0, 1.0, 1.0, 1.0, 1.0]).
+    assert paused == [1.0, 1.0, 2.0, 8.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("returned", "pause"),
+    [(None, 1.0), ("3", 1.0), (True, 1.0), (-2, 1.0), (0, 1.0), (1, 2.0), (2, 4.0), (3, 8.0), (4, 10.0), (10**6, 10.0)],
+)
+def test_the_wait_before_a_refused_hand_offs_message_goes_back_doubles_with_its_returns_up_to_ten_seconds(
+    returned, pause
+):
+    from tasks.drivers.acting import refused_hand_off_pause
+
+    assert refused_hand_off_pause(returned) == pause
+
+
+def test_twenty_returns_of_a_refused_hand_offs_message_span_minutes_not_seconds():
+    """RabbitMQ 4.0's default delivery limit (20) dead-letters the message that carries the hand-off: what it takes
+    to get there, the broker refusing every time."""
+    from tasks.drivers.acting import refused_hand_off_pause
+
+    assert sum(refused_hand_off_pause(n) for n in range(20)) == 175.0
