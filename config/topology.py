@@ -5,12 +5,18 @@ bound to a topic exchange of the same name so Celery's native delayed delivery (
 `celery_delayed_*` queues) can reach it. A message the worker refuses, or one the broker gives up on (past a
 delivery limit), is dead-lettered into `<queue>.deadletter` through the `baton.deadletter` exchange: it stays
 on the broker for an operator to read, never dropped.
+
+Every queue a Baton app publishes to is declared that way, not only its own (`BATON_QUEUE`): an agent's queue
+(`Agent(queue=...)`) is named only as a send goes, and Celery declares a queue it was not configured with as a
+classic-style one on a direct exchange, which RabbitMQ refuses once the agent's workers declared theirs
+(PRECONDITION_FAILED, inequivalent exchange type), and which, declared first, kept those workers from starting.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+from celery.app.amqp import AMQP, Queues
 from kombu import Exchange, Queue
 
 BrokerKind = Literal["redis", "amqp"]
@@ -58,6 +64,26 @@ def work_queue(queue: str) -> Queue:
         durable=True,
         queue_arguments=work_queue_arguments(queue),
     )
+
+
+class WorkQueues(Queues):
+    """Celery's queues, where one a send names and this app was not configured with (an agent's queue) is a work
+    queue as its workers declare it."""
+
+    def new_missing(self, name: str) -> Queue:
+        return work_queue(name)
+
+
+class WorkQueuesAMQP(AMQP):
+    """Celery's AMQP side with `WorkQueues`."""
+
+    queues_cls = WorkQueues
+
+
+def celery_amqp(broker: str) -> str | None:
+    """The AMQP class a Baton Celery app is made with (`Celery(amqp=...)`; None: Celery's own, on a Redis broker,
+    whose queues have no arguments or exchange types to disagree on)."""
+    return "config.topology:WorkQueuesAMQP" if broker_kind(broker) == "amqp" else None
 
 
 def dead_letter_queue(queue: str) -> Queue:

@@ -10,6 +10,7 @@ from celery import Celery
 
 from config.celeryconfig import celery_config
 from config.settings import current
+from config.topology import celery_amqp
 from tasks.runtime.gevent_compat import cooperative_retry_waits, keep_trio_out_under_gevent
 
 # Before the SDK is imported by anything of the worker's, and before the consumer first reconnects (the module says
@@ -31,6 +32,6 @@ INCLUDE = [
 ]
 
 settings = current()
-app = Celery("baton", include=INCLUDE)
+app = Celery("baton", include=INCLUDE, amqp=celery_amqp(settings.broker))
 app.conf.update(celery_config(settings))
 app.conf.worker_consumer = "tasks.runtime.consumer:WorkerConsumer"

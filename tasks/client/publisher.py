@@ -21,6 +21,7 @@ from kombu.transport.redis import PublishBatch
 
 from config.celeryconfig import celery_config
 from config.settings import Settings
+from config.topology import celery_amqp
 from tasks.client.sent_events import SentEvents
 from tasks.reach import BROKER_ERRORS, Unavailable
 from tasks.runtime.kombu_fixes import install as install_kombu_fixes
@@ -110,11 +111,11 @@ class Publisher:
     def __init__(self, settings: Settings) -> None:
         install_kombu_fixes()  # one Redis client object per channel, not one per publish
         self.settings = settings
-        self.celery = _Celery("baton-client")
+        self.celery = _Celery("baton-client", amqp=celery_amqp(settings.broker))
         self.celery.conf.update(celery_config(settings))
         # The same app without the task-sent event, for the sends `prepared` makes while no receiver hears it
         # (tasks/client/sent_events.py); it builds messages only, on `celery`'s producers.
-        self.quiet = _Celery("baton-client", set_as_current=False)
+        self.quiet = _Celery("baton-client", set_as_current=False, amqp=celery_amqp(settings.broker))
         self.quiet.conf.update(celery_config(settings), task_send_sent_event=False)
         self.sent_events = SentEvents()
         # The broker is the store's own Redis, by the same URL (not through Sentinels, not beside a cluster): a turn's

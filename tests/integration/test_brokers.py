@@ -145,6 +145,28 @@ def test_over_amqp_a_hand_off_the_broker_refuses_is_made_again_once_it_takes_pub
     assert f"[{first.task_id}] succeeded in" in worker.log()  # its message came back and was then acknowledged
 
 
+def test_over_amqp_turns_for_an_agent_with_its_own_queue_reach_the_workers_serving_it(amqp_stack):
+    """`queued` names a queue of its own, whose workers declare it as every work queue (quorum, dead-lettering, on a
+    topic exchange). The client's publish to it, and a settle's hand-off of the chat's next turn, declare it the same
+    way: red before, when Celery declared a queue it was not configured with on a direct exchange and RabbitMQ
+    refused the send (PRECONDITION_FAILED, inequivalent arg 'type' for exchange)."""
+    from tests.support.published import wait_for_agents
+
+    stack = amqp_stack
+    special = f"{stack.queue}-agent"
+    fleet = {"BATON_AGENTS": "tests.support.agents_fleet:AGENTS", "BATON_TEST_AGENT_QUEUE": special}
+    stack.fake_api.set_handler(Script([text("served on its queue"), text("and the next turn")]))
+    stack.worker("own", **fleet, BATON_QUEUE=special)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    assert wait_for_agents(client, "queued")["queued"]["queue"] == special
+    first = client.send_message("agent-queue", "hi", agent="queued")
+    second = client.send_message("agent-queue", "more")  # the chat keeps its agent: published, or handed off
+    done = client.wait(first, timeout=60)
+    assert (done.status, done.reply, done.agent) == ("completed", "served on its queue", "queued")
+    after = client.wait(second, timeout=60)
+    assert (after.status, after.reply, after.agent) == ("completed", "and the next turn", "queued")
+
+
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):
     """The worker declares the work queue as a quorum queue dead-lettering into `<queue>.deadletter` (declared
     too); a turn leaves nothing behind in it."""
