@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import time
 import uuid
 
@@ -165,6 +166,43 @@ def test_over_amqp_turns_for_an_agent_with_its_own_queue_reach_the_workers_servi
     assert (done.status, done.reply, done.agent) == ("completed", "served on its queue", "queued")
     after = client.wait(second, timeout=60)
     assert (after.status, after.reply, after.agent) == ("completed", "and the next turn", "queued")
+
+
+def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the_message_came_back(
+        amqp_stack, rabbitmq: RabbitMQNode):
+    """t2 names an agent with a queue of its own, which no worker consumes yet and which is over a `reject-publish`
+    length limit (one ping waiting in it): every hand-off of t2 is refused, and t1's message comes back each time with
+    the quorum queue's `x-delivery-count` one higher. The worker waits 1, then 2, then 4 s before sending it back
+    (red while the wait was a fixed second: 1, 1, 1). Once the limit is gone and a worker serves the agent's queue,
+    the next return makes the hand-off and t2 answers there, the write tool having run once."""
+    stack = amqp_stack
+    special = f"{stack.queue}-own"
+    fleet = {"BATON_AGENTS": "tests.support.agents_fleet:HELD_THEN_QUEUED", "BATON_TEST_AGENT_QUEUE": special}
+    stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "one"}), text("first"), text("second")]))
+    worker = stack.worker("default", concurrency=1, **fleet)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    r = _redis(stack)
+    first = client.send_message("refused-again", "one")
+    assert r.blpop([counting_tools.STARTED_KEY], timeout=30) is not None
+    second = client.send_message("refused-again", "two", agent="queued")  # behind t1, for the agent's queue
+    client._celery.send_task("baton.ping", queue=special)  # declares the queue; confirmed: waiting in it
+    no_room = json.dumps({"max-length": 0, "overflow": "reject-publish"})
+    assert rabbitmq.ctl_call("set_policy", "--apply-to", "queues", "baton-no-room-own", f"^{special}$",
+                             no_room).returncode == 0
+    waits = re.compile(rf"could not start the next turn \('refused-again', '{second.turn_id}'\).*?"
+                       r"make the hand-off again in (\d+) s")
+    try:
+        r.rpush(counting_tools.RELEASE_KEY, "go")
+        assert client.wait(first, timeout=30).reply == "first"
+        wait_until(lambda: len(waits.findall(worker.log())) >= 3, 60, what="three refusals of the hand-off")
+    finally:
+        assert rabbitmq.ctl_call("clear_policy", "baton-no-room-own").returncode == 0
+    assert waits.findall(worker.log())[:3] == ["1", "2", "4"]
+    stack.worker("own", **fleet, BATON_QUEUE=special)
+    done = client.wait(second, timeout=60)
+    assert (done.status, done.reply, done.agent) == ("completed", "second", "queued")
+    assert stack.fake_api.request_count == 3
+    assert counting_tools.calls(r, "blocking_write") == 1
 
 
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):

@@ -1,6 +1,7 @@
 """Agents for the integration tests of a fleet serving several (tests/integration/test_agents.py).
 
-Loaded by workers through `BATON_AGENTS=tests.support.agents_fleet:AGENTS` (or `:WITHOUT_QUEUED`). The local
+Loaded by workers through `BATON_AGENTS=tests.support.agents_fleet:AGENTS` (or `:WITHOUT_QUEUED`,
+`:HELD_THEN_QUEUED`). The local
 agent's endpoint comes from the worker's environment, as a product's would.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 
 from agent import Agent
-from tests.support.counting_tools import lookup
+from tests.support.counting_tools import blocking_write, lookup
 
 SUPPORT = Agent(
     name="support",
@@ -33,6 +34,8 @@ QUEUED = Agent(name="queued", instructions="Served on its own queue.", queue=os.
 
 AGENTS = [SUPPORT, TRIAGE, LOCAL, QUEUED]
 WITHOUT_QUEUED = [SUPPORT, TRIAGE, LOCAL]
+# A default agent whose write the test holds, beside `queued` (tests/integration/test_brokers.py).
+HELD_THEN_QUEUED = [Agent(name="held", tools=(blocking_write,)), QUEUED]
 
 # Definitions a worker must refuse at start (tests/integration/test_agents.py).
 DUPLICATES = [SUPPORT, TRIAGE, SUPPORT]
