@@ -5,6 +5,10 @@ some as unions of their RESP2 and RESP3 shapes. Baton's clients never decode res
 Lua compares raw values and payloads may be binary), so they get bytes in RESP2 shapes; these
 helpers turn such replies into what the code means, so the callers stay free of casts. A `str`
 (from a client that does decode) is accepted as it is, so a test's fakeredis works either way.
+
+RESP2's shapes are what redis-py's parsing hands back: on the wire redis-py 8 speaks RESP3 (a score is a
+double, a WITHSCORES reply a list of pairs), which a reply read raw from a connection shows
+(tasks/store/direct.py; tasks/store/indexes.py reads both).
 """
 
 from __future__ import annotations
