@@ -96,8 +96,9 @@ class Stack:
             self.provider = "openai" if isinstance(fake_api, FakeChatServer) else "anthropic"
             self.env.update(provider_env(self.provider, fake_api))
 
-    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, **env: str) -> Worker:
-        worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency, pool=pool)
+    def worker(self, name: str = "w1", *, concurrency: int = 2, pool: str | None = None, consume: str | None = None,
+               **env: str) -> Worker:
+        worker = Worker(name, {**self.env, **env}, self.tmp_path, concurrency=concurrency, pool=pool, consume=consume)
         self.workers.append(worker)
         return worker.start()
 

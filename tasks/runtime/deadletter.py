@@ -58,7 +58,7 @@ class DeadLetterConsumer(Consumer):
     def connect(self) -> Any:
         conn = super().connect()
         if broker_kind(settings.broker) == "amqp":
-            declare_dead_letters(conn)
+            declare_dead_letters(conn, self.app.amqp.queues.consume_from.keys())  # what -Q selected
         return conn
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:

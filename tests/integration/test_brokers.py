@@ -168,6 +168,29 @@ def test_over_amqp_turns_for_an_agent_with_its_own_queue_reach_the_workers_servi
     assert (after.status, after.reply, after.agent) == ("completed", "and the next turn", "queued")
 
 
+def test_over_amqp_a_worker_given_an_agents_queue_by_dash_q_serves_it_and_keeps_its_dead_letters(
+        amqp_stack, rabbitmq: RabbitMQNode):
+    """The README's other way to serve an agent's queue: `-Q <queue>` with the default `BATON_QUEUE`. The worker
+    declares the queue as a work queue (quorum, dead-lettering, topic exchange: the countdowns' delayed delivery
+    needs one) and its dead-letter queue (red before: only `BATON_QUEUE`'s was declared, so the broker dropped that
+    queue's dead letters), and serves the agent's turn."""
+    from tests.support.published import wait_for_agents
+
+    stack = amqp_stack
+    special = f"{stack.queue}-by-q"
+    fleet = {"BATON_AGENTS": "tests.support.agents_fleet:AGENTS", "BATON_TEST_AGENT_QUEUE": special}
+    stack.fake_api.set_handler(Script([text("served by -Q")]))
+    stack.worker("by-q", consume=special, **fleet)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    wait_for_agents(client, "queued")
+    done = client.wait(client.send_message("by-q", "hi", agent="queued"), timeout=60)
+    assert (done.status, done.reply, done.agent) == ("completed", "served by -Q", "queued")
+    queues = rabbitmq.queues()
+    assert queues[special]["type"] == "quorum"
+    assert queues[special]["arguments"]["x-dead-letter-exchange"] == "baton.deadletter"
+    assert queues[dead_letter_queue_name(special)]["type"] == "quorum"
+
+
 def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the_message_came_back(
         amqp_stack, rabbitmq: RabbitMQNode):
     """t2 names an agent with a queue of its own, which no worker consumes yet and which is over a `reject-publish`

@@ -61,10 +61,12 @@ class Worker:
 
     def __init__(
         self, name: str, env: dict[str, str], logdir: Path, *, concurrency: int = 2, pool: str | None = None,
-        repo: Path = REPO,
+        repo: Path = REPO, consume: str | None = None,
     ) -> None:
-        """`repo`: the checkout the worker runs from (another one's code, in `bench.ab_workers`)."""
+        """`repo`: the checkout the worker runs from (another one's code, in `bench.ab_workers`); `consume`: the
+        queue its `-Q` names, when not its `BATON_QUEUE`."""
         self.name = name
+        self.consume = consume
         self.env = env
         self.log_path = logdir / f"worker-{name}.log"
         self.concurrency = concurrency
@@ -77,7 +79,7 @@ class Worker:
         return f"{self.name}@{socket.gethostname()}"
 
     def start(self, timeout: float = 30) -> Worker:
-        queue = self.env["BATON_QUEUE"]
+        queue = self.consume or self.env["BATON_QUEUE"]
         cmd = worker_command(queue, self.hostname, concurrency=self.concurrency, pool=self.pool)
         if hasattr(self, "_log"):  # started again after an exit: the earlier run's handle is done with
             self._log.close()
