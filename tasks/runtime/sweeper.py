@@ -146,13 +146,15 @@ def sweep_lost_messages(
     kombu's Redis transport pops a message (BRPOP) and only then records it as unacked: a worker SIGKILLed, or a
     Redis crash, in between loses the message, and no visibility timeout brings it back (the chaos bench found
     both). Every owner with unfinished work is in `keys.PENDING` from its enqueue until it has nothing left to
-    start; an unstarted unit due for a check has its message looked for in the queue and the unacked hash, and is
-    republished under the same task id when it is in neither. A needless copy (one caught in flight) is harmless:
-    the lease, or the finished record, turns the second copy away. With no Redis broker to look in (`broker`
-    None: RabbitMQ, which does not lose a delivered message this way) it only forgets owners with nothing left.
+    start; an unstarted unit due for a check has its message looked for in its queue (its agent's, or the
+    worker's) and the unacked hash, and is republished under the same task id when it is in neither. A needless
+    copy (one caught in flight) is harmless: the lease, or the finished record, turns the second copy away. With no
+    Redis broker to look in (`broker` None: RabbitMQ, which does not lose a delivered message this way) it only
+    forgets owners with nothing left.
     """
     now = time.time() if now is None else now
-    messages: bytes | None = None
+    queued: dict[str, bytes] = {}  # each queue's messages, read once a pass
+    unacked: bytes | None = None
     republished: list[str] = []
     for shard, owner_id, score in indexes.due(client, keys.PENDING, now - pending_check_seconds(settings)):
         kind, _, ident = owner_id.partition(":")
@@ -165,9 +167,12 @@ def sweep_lost_messages(
         client.zadd(shard, {owner_id: now}, xx=True)  # checked: next look one period from now
         if broker is None or rec.status == "running" or client.exists(keys.lease(owner_id)):
             continue  # started: the lease and the recovery sweep look after it
-        if messages is None:
-            messages = b"\n".join([*blobs(broker.lrange(settings.queue, 0, -1)), *blobs(broker.hvals(KOMBU_UNACKED))])
-        if rec.task_id.encode() in messages:
+        queue = rec.queue or settings.queue
+        if queue not in queued:
+            queued[queue] = b"\n".join(blobs(broker.lrange(queue, 0, -1)))
+        if unacked is None:
+            unacked = b"\n".join(blobs(broker.hvals(KOMBU_UNACKED)))
+        if rec.task_id.encode() in queued[queue] or rec.task_id.encode() in unacked:
             continue  # queued, or held by a worker (a dead one's comes back after the visibility timeout)
         if not client.set(keys.recover(owner_id), "1", nx=True, px=int(settings.lease_ttl * 1000)):
             continue  # another worker's sweeper has it

@@ -30,9 +30,10 @@ def store():
 SETTINGS = Settings(redis_url="redis://fake:6379/0", queue="q", lease_ttl=3)
 
 
-def _run(store, status: str = "queued", task_id: str = "task-1") -> str:
+def _run(store, status: str = "queued", task_id: str = "task-1", queue: str | None = None) -> str:
     owner = keys.owner("run", "r1")
-    rec = UnitRecord(kind="run", owner_id=owner, unit_id="r1", status=status, task_id=task_id, text="goal")
+    rec = UnitRecord(kind="run", owner_id=owner, unit_id="r1", status=status, task_id=task_id, text="goal",
+                     queue=queue)
     store.hset(keys.record(owner, "r1"), mapping=rec.to_hash())
     return owner
 
@@ -62,6 +63,22 @@ def test_a_unit_whose_message_is_queued_or_unacked_is_left_alone(store):
     store.zadd(keys.PENDING, {owner: now - 100})
     assert sweep_lost_messages(store, store, app, SETTINGS, now=now) == []
     assert app.sent == []
+
+
+def test_a_unit_waiting_in_its_agents_queue_is_left_alone(store):
+    """A unit of an agent with a queue of its own waits in that queue (behind others, its workers busy): its message
+    is looked for there, not in this worker's queue. Red before: each sweep found it "lost" and republished a copy,
+    one more per lease period for as long as the backlog lasted."""
+    owner = _run(store, queue="gpu")
+    now = time.time()
+    store.zadd(keys.PENDING, {owner: now - 100})
+    store.lpush("gpu", b'{"headers": {"id": "task-1"}}')
+    app = FakeApp()
+    assert sweep_lost_messages(store, store, app, SETTINGS, now=now) == []
+    assert app.sent == []
+    store.delete("gpu")  # gone from its queue too: lost, republished (to its queue, by `publish`)
+    store.zadd(keys.PENDING, {owner: now - 100})
+    assert sweep_lost_messages(store, store, app, SETTINGS, now=now) == [owner]
 
 
 def test_finished_units_leave_the_pending_set(store):
