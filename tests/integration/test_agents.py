@@ -19,7 +19,7 @@ from tasks.store import keys
 from tests.conftest import PROVIDERS, Stack
 from tests.support.fake_anthropic import ByConversation, text, tool_call
 from tests.support.fake_openai import FakeChatServer
-from tests.support.processes import REPO
+from tests.support.processes import REPO, wait_until
 from tests.support.published import wait_for_agents
 
 pytestmark = pytest.mark.integration
@@ -160,6 +160,34 @@ def test_units_of_an_agent_with_a_queue_go_to_that_queue(stack: Stack, provider)
     assert plain.status == "completed"
     again = client.wait(client.send_message("chat-q", "for the queue"), timeout=60)  # the chat keeps its queue
     assert (again.status, again.agent) == ("completed", "queued")
+
+
+@pytest.mark.parametrize("provider", ["anthropic"])
+def test_a_turn_waiting_in_its_agents_queue_is_not_taken_for_lost(stack: Stack, provider):
+    """`queued`'s queue has no worker yet: its turn waits there past the pending check (twice the lease TTL), and the
+    lost-message sweep of the worker on the default queue looks for its message in the agent's queue, finds it and
+    leaves it alone: one message, not a copy a lease period (red before: it looked only in its own queue and
+    republished it). A worker on the agent's queue then answers the turn once."""
+    import redis
+
+    special = f"{stack.queue}-waiting"
+    stack.fake_api.set_handler(ByConversation({"wait for me": [text("Answered once.")]}))
+    stack.worker("w-default", **FLEET, BATON_TEST_AGENT_QUEUE=special)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    wait_for_agents(client, "queued")
+    ref = client.send_message("chat-w", "wait for me", agent="queued")
+    r = redis.Redis.from_url(stack.redis_server.url)
+    owner = keys.owner("chat", "chat-w")
+    enqueued = r.zscore(keys.PENDING, owner)
+    assert enqueued is not None and r.llen(special) == 1
+    # A sweep that checked it moves its next check on (ZADD XX now): the event to wait for.
+    wait_until(lambda: (r.zscore(keys.PENDING, owner) or 0) > enqueued + 5, 60, what="the lost-message sweep's check")
+    assert r.llen(special) == 1
+    assert "republished" not in stack.workers[0].log()
+    stack.worker("w-waiting", **FLEET, BATON_QUEUE=special, BATON_TEST_AGENT_QUEUE=special)
+    done = client.wait(ref, timeout=60)
+    assert (done.status, done.reply, done.agent) == ("completed", "Answered once.", "queued")
+    assert stack.fake_api.request_count == 1
 
 
 @pytest.mark.parametrize("provider", ["anthropic"])
