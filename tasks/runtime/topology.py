@@ -4,9 +4,8 @@ A work queue names `baton.deadletter` as its dead-letter exchange; RabbitMQ sile
 whose exchange does not exist, or that no queue is bound for, so the consumer declares it, and a queue behind
 it for every work queue it consumes (its own `BATON_QUEUE`, or what `-Q` names: an agent's queue), before it
 consumes: on its first connection and after every reconnect (a node rebuilt without its definitions gets them
-back). It
-is done on the consumer's own connection, after Celery's connect, which retries an unreachable broker and
-says so each time; a declaration at `worker_init` instead waited there silently, before any log existed.
+back). It is done on the consumer's own connection, after Celery's connect, which retries an unreachable broker
+and says so each time; a declaration at `worker_init` instead waited there silently, before any log existed.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import redis
 
 from tasks.store import keys
 from tasks.store.direct import Call, in_one_trip, raised
-from tasks.store.replies import text
+from tasks.store.replies import score_text, text
 
 
 def due(
@@ -27,7 +27,7 @@ def due(
     shard_keys = keys.shards(name)
     window: tuple[Any, ...] = ("LIMIT", 0, limit) if limit else ()
     replies = _each(client, shard_keys, lambda key: ("ZRANGEBYSCORE", key, "-inf", until, "WITHSCORES", *window))
-    return [(key, text(member), _score(score)) for key, reply in zip(shard_keys, replies, strict=True)
+    return [(key, text(member), score_text(score)) for key, reply in zip(shard_keys, replies, strict=True)
             for member, score in _pairs(reply)]
 
 
@@ -40,7 +40,7 @@ def _each(client: redis.Redis, shard_keys: list[str], command: Any) -> list[Any]
     """`command(key)` on every shard in one round trip, each master's straight on a held connection (a call that did
     not run where it was sent, or whose connection broke, runs again through the client); the replies as the
     server sent them, in order, an error reply raised."""
-    calls = [Call(command(key), key, partial(client.execute_command, *command(key))) for key in shard_keys]
+    calls = [Call(cmd, key, partial(client.execute_command, *cmd)) for key in shard_keys for cmd in [command(key)]]
     return [raised(reply) for reply in in_one_trip(client, calls)]
 
 
@@ -50,7 +50,3 @@ def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
         return [(member, score) for member, score in reply]
     return list(zip(reply[::2], reply[1::2], strict=True))
 
-
-def _score(score: Any) -> str:
-    """A score as text: RESP2's as Redis printed it; RESP3's double as Python prints it, which reads back the same."""
-    return score.decode() if isinstance(score, bytes) else repr(float(score))

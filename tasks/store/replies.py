@@ -71,9 +71,10 @@ def members(reply: ZSetRangeResponse) -> list[str]:
     return out
 
 
-def score_text(score: bytes | str) -> str:
-    """A WITHSCORES reply's score as text, for `score_cast_func`: as Redis printed it (bytes), or as redis-py 8.2
-    hands it to a client that decodes replies (text already)."""
+def score_text(score: bytes | str | float) -> str:
+    """A WITHSCORES reply's score as text, for `score_cast_func`: as Redis printed it (bytes), as redis-py 8.2
+    hands it to a client that decodes replies (text already), or a RESP3 double as Python prints it, which reads
+    back as the same number."""
     return score.decode() if isinstance(score, bytes) else str(score)
 
 
