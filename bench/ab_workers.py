@@ -9,7 +9,7 @@ two runs of the same tree on a shared two-core machine (1.12x to 1.16x in one ho
 minutes against the same Redis and fake API, so the machine's drift moves both alike. The turn is `bench.naive_loop`'s
 (the real SDK, one `peek` round, then a streamed answer; both workers `-c 2 -l info`, each on its own queue), and
 between Baton's turns the naive loop's three workers (streaming, `messages.create`, made durable) each run one, as in
-`bench.naive_loop`'s latency block: a Baton turn finds its processes as cold as it does there, which is where the
+`bench.naive_loop`'s second latency block: a Baton turn finds its processes as cold as it does there, which is where the
 cuts of the last sessions went. In each cycle A and B go in turn, which of them first alternating. Each round prints
 both medians; the figure is the median of the rounds' B ÷ A (below 1: B is faster).
 
