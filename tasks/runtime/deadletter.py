@@ -19,7 +19,7 @@ from celery.worker.consumer import Consumer
 from config.topology import broker_kind
 from tasks.app import settings
 from tasks.execution import wiring
-from tasks.runtime.topology import declare_dead_letters
+from tasks.runtime.topology import declare_dead_letters, declare_work_queues
 
 DEADLETTER = "baton:deadletter"
 DEADLETTER_MAX = 10_000
@@ -53,12 +53,14 @@ def _describe(message: Any) -> dict[str, Any]:
 
 class DeadLetterConsumer(Consumer):
     """Celery's consumer, recording every message it refuses before refusing it as usual; on RabbitMQ it
-    declares where the broker's dead letters go each time it connects."""
+    declares its queues and where the broker's dead letters go each time it connects."""
 
     def connect(self) -> Any:
         conn = super().connect()
         if broker_kind(settings.broker) == "amqp":
-            declare_dead_letters(conn, self.app.amqp.queues.consume_from.keys())  # what -Q selected
+            consumed = self.app.amqp.queues.consume_from  # what -Q selected
+            declare_work_queues(conn, consumed.values())
+            declare_dead_letters(conn, consumed.keys())
         return conn
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:

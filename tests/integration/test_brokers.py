@@ -191,6 +191,40 @@ def test_over_amqp_a_worker_given_an_agents_queue_by_dash_q_serves_it_and_keeps_
     assert queues[dead_letter_queue_name(special)]["type"] == "quorum"
 
 
+def test_over_amqp_a_worker_whose_queue_was_declared_another_way_stops_saying_what_to_do_and_the_upgrade_works(
+        amqp_stack):
+    """An agent's queue declared the way Celery declares a queue it was not configured with (a direct exchange, a
+    classic queue: an earlier Baton's `-Q` workers did): a worker consuming it stops, exit code 1, naming the queue
+    and the README's upgrade (red before: "Connection to broker lost", reconnecting a hundred times a second for
+    ever, never consuming). Then the upgrade itself: the queue and its exchange deleted (over AMQP here; the README
+    names `rabbitmqctl` and `rabbitmqadmin`), a worker starts on it and serves the agent's turn."""
+    from kombu import Queue
+
+    from tests.support.published import wait_for_agents
+
+    stack = amqp_stack
+    special = f"{stack.queue}-before"
+    fleet = {"BATON_AGENTS": "tests.support.agents_fleet:AGENTS", "BATON_TEST_AGENT_QUEUE": special}
+    old = Queue(special, Exchange(special, type="direct"), routing_key=special)
+    with Connection(stack.env["BATON_BROKER_URL"]) as conn:
+        old(conn.default_channel).declare()
+    with pytest.raises(RuntimeError, match="exited with 1") as stopped:
+        stack.worker("before", consume=special, **fleet)
+    assert f"the queue {special} is declared on the broker another way" in str(stopped.value)
+    assert f"rabbitmqctl delete_queue {special}" in str(stopped.value)
+
+    with Connection(stack.env["BATON_BROKER_URL"]) as conn:
+        bound = old(conn.default_channel)
+        bound.delete()
+        bound.exchange.delete()
+    stack.fake_api.set_handler(Script([text("served after the upgrade")]))
+    stack.worker("after", consume=special, **fleet)
+    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
+    wait_for_agents(client, "queued")
+    done = client.wait(client.send_message("upgraded", "hi", agent="queued"), timeout=60)
+    assert (done.status, done.reply, done.agent) == ("completed", "served after the upgrade", "queued")
+
+
 def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the_message_came_back(
         amqp_stack, rabbitmq: RabbitMQNode):
     """t2 names an agent with a queue of its own, which no worker consumes yet and which is over a `reject-publish`
