@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 import redis
+from amqp.exceptions import IrrecoverableChannelError
 from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import ClusterDownError, TryAgainError
@@ -21,6 +22,9 @@ Part = Literal["store", "broker"]
 # What a failed publish raises: Celery reraises the transports' errors as kombu's OperationalError, but a
 # Redis broker can surface redis-py's own, and a socket error can escape before kombu wraps it.
 BROKER_ERRORS: tuple[type[BaseException], ...] = (OperationalError, redis.ConnectionError, redis.TimeoutError, OSError)
+# What a broker that is up answers when it will not take a message: RabbitMQ's refusals of a publish's declaration
+# (406 PRECONDITION_FAILED, a queue declared another way; 403, 404, 405), which no retry changes.
+BROKER_REFUSALS: tuple[type[BaseException], ...] = (IrrecoverableChannelError,)
 # A cluster that lost a master answers CLUSTERDOWN (and TRYAGAIN while a slot moves) until the node is back or
 # replaced: an outage of the store like a refused connection, not a bug.
 STORE_ERRORS: tuple[type[BaseException], ...] = (
@@ -54,11 +58,15 @@ def _reason(err: BaseException) -> str:
 
 
 class Unavailable(ConnectionError):
-    """The store or the broker could not be reached; `part` says which, the message where."""
+    """The store or the broker could not be reached, or the broker refused what was sent (`BROKER_REFUSALS`); `part`
+    says which, the message where."""
 
     def __init__(self, part: Part, settings: Settings, err: BaseException, *, consequence: str = "") -> None:
         self.part = part
         self.label = label(part, settings)
         address = store_address(settings) if part == "store" else broker_address(settings)
-        sentence = f"cannot reach {self.label} at {address}: {_reason(err)}"
+        if isinstance(err, BROKER_REFUSALS):
+            sentence = f"{self.label} at {address} refused it: {_reason(err)}"
+        else:
+            sentence = f"cannot reach {self.label} at {address}: {_reason(err)}"
         super().__init__(f"{sentence}; {consequence}" if consequence else sentence)

@@ -17,8 +17,8 @@ from config.settings import Settings, load_settings
 from tasks.client import core
 from tasks.client.agent_picker import AsyncAgentPicker
 from tasks.client.core import Kind
-from tasks.client.publisher import BROKER_DOWN, Publisher
-from tasks.reach import BROKER_ERRORS, STORE_ERRORS, Unavailable
+from tasks.client.publisher import PUBLISH_ERRORS, Publisher, failure_of
+from tasks.reach import STORE_ERRORS, Unavailable
 from tasks.store import enqueue as enqueue_script
 from tasks.store import keys
 from tasks.store.async_pools import AsyncPools
@@ -137,8 +137,8 @@ class AsyncBase:
             # In the caller's context (a web request's span): the publish puts its `traceparent` in the message.
             in_context = contextvars.copy_context().run
             await loop.run_in_executor(self._threads, in_context, self._publisher.publish, rec, task_id)
-        except BROKER_ERRORS as err:
-            script_keys, args = withdraw_call(rec, task_id, BROKER_DOWN, time.time())
+        except PUBLISH_ERRORS as err:
+            script_keys, args = withdraw_call(rec, task_id, failure_of(err), time.time())
             withdrawn = bool(await self._store.eval(WITHDRAW, len(script_keys), *script_keys, *args))
             if withdrawn and rec.kind == "turn":
                 await self._start_next(rec.owner_id)
@@ -149,5 +149,5 @@ class AsyncBase:
         if nxt is None or nxt.status != "queued":
             return
         # Best effort, as `Publisher._start_next`: the broker was just found unreachable.
-        with contextlib.suppress(*BROKER_ERRORS):
+        with contextlib.suppress(*PUBLISH_ERRORS):
             await asyncio.get_running_loop().run_in_executor(self._threads, self._publisher.publish, nxt, nxt.task_id)

@@ -23,7 +23,7 @@ from config.celeryconfig import celery_config
 from config.settings import Settings
 from config.topology import celery_amqp
 from tasks.client.sent_events import SentEvents
-from tasks.reach import BROKER_ERRORS, Unavailable
+from tasks.reach import BROKER_ERRORS, BROKER_REFUSALS, Unavailable
 from tasks.runtime.kombu_fixes import install as install_kombu_fixes
 from tasks.store.ahead import USER_HEADER
 from tasks.store.fenced import Batch
@@ -41,6 +41,21 @@ BROKER_DOWN = Failure.model_validate(
         "message": "Baton could not reach the broker to start it; nothing ran. Retry when it is back.",
     }
 )
+BROKER_REFUSED = Failure.model_validate(
+    {
+        "class": "infra_transient",
+        "retryable": True,
+        "message": "The broker refused to take it (its queue declared another way, as by an earlier Baton: see the "
+                   "README's RabbitMQ upgrade); nothing ran. Retry once the broker takes it.",
+    }
+)
+# What a failed publish raises, where the unit's message may not exist: the unit is withdrawn (`failure_of`).
+PUBLISH_ERRORS = BROKER_ERRORS + BROKER_REFUSALS
+
+
+def failure_of(err: BaseException) -> Failure:
+    """The failure a unit is withdrawn with when its publish raised `err` (one of `PUBLISH_ERRORS`)."""
+    return BROKER_REFUSED if isinstance(err, BROKER_REFUSALS) else BROKER_DOWN
 
 
 class _Celery(Celery):
@@ -126,13 +141,14 @@ class Publisher:
         )
 
     def send(self, store: redis.Redis, rec: UnitRecord, task_id: str | None = None) -> None:
-        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it, the unit
-        is failed as retryable rather than left queued for a message nobody holds, and `Unavailable` says so."""
+        """Publish the unit's task (under `task_id`, else its record's); if the broker cannot take it (down, or
+        refusing it), the unit is failed as retryable rather than left queued for a message nobody holds, and
+        `Unavailable` says so."""
         task_id = task_id or rec.task_id
         try:
             self.publish(rec, task_id)
-        except BROKER_ERRORS as err:
-            withdrawn = withdraw(store, rec, task_id, BROKER_DOWN)
+        except PUBLISH_ERRORS as err:
+            withdrawn = withdraw(store, rec, task_id, failure_of(err))
             if withdrawn and rec.kind == "turn":
                 self._start_next(store, rec.owner_id)
             raise self.unavailable(rec, err, withdrawn=withdrawn) from err
@@ -230,7 +246,7 @@ class Publisher:
             return
         try:
             self.publish(nxt, nxt.task_id)
-        except BROKER_ERRORS as err:
+        except PUBLISH_ERRORS as err:
             log.warning("could not publish %s after withdrawing the turn ahead of it: %s", nxt.unit_id, err)
 
 

@@ -196,10 +196,14 @@ def test_over_amqp_a_worker_whose_queue_was_declared_another_way_stops_saying_wh
     """An agent's queue declared the way Celery declares a queue it was not configured with (a direct exchange, a
     classic queue: an earlier Baton's `-Q` workers did): a worker consuming it stops, exit code 1, naming the queue
     and the README's upgrade (red before: "Connection to broker lost", reconnecting a hundred times a second for
-    ever, never consuming). Then the upgrade itself: the queue and its exchange deleted (over AMQP here; the README
-    names `rabbitmqctl` and `rabbitmqadmin`), a worker starts on it and serves the agent's turn."""
+    ever, never consuming). A client's send to the agent meanwhile is refused by the broker: the turn is failed as
+    retryable and `Unavailable` says so (red before: the amqp error raised out of the send, the turn left queued
+    without a message, and every later turn of the chat behind it). Then the upgrade itself: the queue and its
+    exchange deleted (over AMQP here; the README names `rabbitmqctl` and `rabbitmqadmin`), a worker starts on it,
+    and the failed turn, retried, and the chat's next one are answered there."""
     from kombu import Queue
 
+    from tasks.client import Unavailable
     from tests.support.published import wait_for_agents
 
     stack = amqp_stack
@@ -213,16 +217,29 @@ def test_over_amqp_a_worker_whose_queue_was_declared_another_way_stops_saying_wh
     assert f"the queue {special} is declared on the broker another way" in str(stopped.value)
     assert f"rabbitmqctl delete_queue {special}" in str(stopped.value)
 
+    stack.worker("default", **fleet)  # the fleet's workers on the default queue: they publish the agents
+    client = stack.client(**fleet)
+    wait_for_agents(client, "queued")
+    with pytest.raises(Unavailable, match=r"refused it: .*PRECONDITION_FAILED") as unsent:
+        client.send_message("upgraded", "hi", agent="queued")
+    said = re.search(r"turn (t-\w+) was not started; it is failed, retryable \(baton retry upgraded\)",
+                     str(unsent.value))
+    assert said is not None, str(unsent.value)
+    failed = client.turn("upgraded", said[1])
+    assert failed.status == "failed"
+    assert failed.failure is not None and failed.failure["class"] == "infra_transient"
+    assert failed.failure["retryable"] and "refused" in failed.failure["message"]
+
     with Connection(stack.env["BATON_BROKER_URL"]) as conn:
         bound = old(conn.default_channel)
         bound.delete()
         bound.exchange.delete()
-    stack.fake_api.set_handler(Script([text("served after the upgrade")]))
+    stack.fake_api.set_handler(Script([text("served after the upgrade"), text("and the next one")]))
     stack.worker("after", consume=special, **fleet)
-    client = stack.client(BATON_TEST_AGENT_QUEUE=special)
-    wait_for_agents(client, "queued")
-    done = client.wait(client.send_message("upgraded", "hi", agent="queued"), timeout=60)
+    done = client.wait(client.retry("upgraded"), timeout=60)
     assert (done.status, done.reply, done.agent) == ("completed", "served after the upgrade", "queued")
+    after = client.wait(client.send_message("upgraded", "more"), timeout=60)
+    assert (after.status, after.reply, after.agent) == ("completed", "and the next one", "queued")
 
 
 def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the_message_came_back(

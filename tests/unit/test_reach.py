@@ -33,3 +33,17 @@ def test_the_broker_is_named_by_its_kind_and_a_consequence_is_appended():
     )
     same = Unavailable("broker", Settings(redis_url="redis://store:6379/0"), OSError("refused"))
     assert str(same) == "cannot reach the broker (Redis) at redis://store:6379/0: refused"
+
+
+def test_a_refusal_by_a_broker_that_is_up_says_it_refused_and_fails_the_unit_with_its_own_words():
+    from amqp.exceptions import PreconditionFailed
+
+    from tasks.client.publisher import BROKER_DOWN, BROKER_REFUSED, failure_of
+
+    settings = Settings(redis_url="redis://store:6379/0", broker_url="amqp://baton:s3cret@rabbit:5672//")
+    refusal = PreconditionFailed("PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'gpu'")
+    err = Unavailable("broker", settings, refusal, consequence="then")
+    assert str(err).startswith("the broker (RabbitMQ) at amqp://baton:**@rabbit:5672// refused it: ")
+    assert "inequivalent arg 'type'" in str(err) and str(err).endswith("; then")
+    assert failure_of(refusal) is BROKER_REFUSED and failure_of(OperationalError("refused")) is BROKER_DOWN
+    assert BROKER_REFUSED.retryable and BROKER_REFUSED.failure_class == "infra_transient"
