@@ -8,6 +8,7 @@ is in test_rabbitmq_timeout.py, on a node of its own with the timeout in seconds
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import re
@@ -229,6 +230,15 @@ def test_over_amqp_a_worker_whose_queue_was_declared_another_way_stops_saying_wh
     assert failed.status == "failed"
     assert failed.failure is not None and failed.failure["class"] == "infra_transient"
     assert failed.failure["retryable"] and "refused" in failed.failure["message"]
+
+    async def send_async() -> str:
+        async with stack.async_client(**fleet) as ac:
+            with pytest.raises(Unavailable, match=r"refused it: .*PRECONDITION_FAILED") as refused:
+                await ac.send_message("upgraded-async", "hi", agent="queued")
+            return str(refused.value)
+
+    said = re.search(r"turn (t-\w+) was not started; it is failed", asyncio.run(send_async()))
+    assert said is not None and client.turn("upgraded-async", said[1]).status == "failed"
 
     with Connection(stack.env["BATON_BROKER_URL"]) as conn:
         bound = old(conn.default_channel)
