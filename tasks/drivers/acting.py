@@ -19,16 +19,18 @@ from tasks.store.ahead import USER_HEADER
 
 log = logging.getLogger("baton.tasks")
 
-# How long a worker waits before it sends back a message whose hand-off the broker refused. Without it, a broker
+# How long before a message whose hand-off the broker refused comes back to make it again. Without a wait, a broker
 # that keeps refusing (a work queue over a length limit) gets the message back at once and refuses it again: a loop
-# at the speed of a round trip, and on RabbitMQ 4.0 twenty redeliveries (its default delivery limit) within the
-# same second, which dead-letters the message that carries the hand-off. The wait doubles with each time the
-# broker says the message came back before (a quorum queue's `x-delivery-count`), up to a cap, so those twenty
-# returns span about three minutes of refusals rather than twenty seconds; the cap bounds how long the pause holds
-# one pool slot, which a worker draining an over-full queue needs back.
+# at the speed of a round trip. The wait doubles with each refusal in a row, up to a cap. The message is sent again
+# as a new one with that countdown (the count in `REFUSALS_HEADER`), so its pool slot is free meanwhile and the
+# returns never count against a quorum queue's delivery limit (RabbitMQ 4.0's default of 20 dead-lettered the
+# message that carries the hand-off after about three minutes of refusals). Only where that send fails too (the
+# broker down, its own queue refusing) does the message go back the old way: rejected with requeue after the wait,
+# spent in its slot, its count the queue's `x-delivery-count`.
 REFUSED_HAND_OFF_PAUSE = 1.0
 REFUSED_HAND_OFF_MAX_PAUSE = 10.0
 DELIVERY_COUNT_HEADER = "x-delivery-count"
+REFUSALS_HEADER = "baton_hand_off_refusals"
 _pause = time.sleep
 
 
@@ -80,19 +82,25 @@ def act(task: Task, outcome: Outcome) -> dict[str, Any]:
         log.info("dropping message %s: %s", task.request.id, outcome.reason)
         raise Ignore()
     if outcome.action == "defer":
-        # Same task id, so clients and Flower keep one identity; the original message is acked.
-        user = message_user(task)
-        task.apply_async(
-            args=task.request.args,
-            kwargs=task.request.kwargs,
-            task_id=task.request.id,
-            countdown=broker_countdown(settings.broker, outcome.countdown),
-            queue=delivered_queue(task),  # back where it came from: its agent's queue, not this worker's default
-            headers={USER_HEADER: user} if user is not None else None,
-        )
+        send_again(task, outcome.countdown)
         raise Ignore()
     exc = PlatformInterrupt(outcome.reason) if outcome.action == "requeue" else AutoResume(outcome.reason)
     raise task.retry(countdown=broker_countdown(settings.broker, outcome.countdown), exc=exc, max_retries=None)
+
+
+def send_again(task: Task, countdown: float, headers: dict[str, Any] | None = None) -> None:
+    """Publish the task's message again after `countdown` seconds, back to the queue it came from, with `headers`
+    beside whose unit it is. Same task id, so clients and Flower keep one identity; the caller then raises `Ignore`,
+    and the message delivered now is acknowledged."""
+    user = message_user(task)
+    task.apply_async(
+        args=task.request.args,
+        kwargs=task.request.kwargs,
+        task_id=task.request.id,
+        countdown=broker_countdown(settings.broker, countdown),
+        queue=delivered_queue(task),  # back where it came from: its agent's queue, not this worker's default
+        headers={**({USER_HEADER: user} if user is not None else {}), **(headers or {})} or None,
+    )
 
 
 def delivered_queue(task: Task) -> str:
@@ -111,29 +119,45 @@ def message_user(task: Task) -> str | None:
 
 def hand_off(task: Task, nxt: HandOff) -> None:
     """Start the chat's next turn, right after this one's settle; when the broker refuses the publish, this turn's
-    message goes back to its queue (acks are late: it is not acknowledged yet), and its next delivery finds the
-    turn finished and makes the hand-off again (flow's `already finished`).
+    message comes back later (`REFUSED_HAND_OFF_PAUSE` above) and finds the turn finished and makes the hand-off
+    again (flow's `already finished`).
 
-    Acknowledged instead, the message would leave the next turn waiting for good on RabbitMQ, whose queues the
-    lost-message sweep cannot see. A publish that keeps failing brings the message back once per failed attempt,
-    each after kombu's publish retries and `refused_hand_off_pause`: a slow loop, that ends when the broker takes the
-    publish."""
+    Acknowledged with nothing sent back, the message would leave the next turn waiting for good on RabbitMQ, whose
+    queues the lost-message sweep cannot see. A publish that keeps failing brings the message back once per failed
+    attempt, each after kombu's publish retries and `refused_hand_off_pause`: a slow loop, that ends when the broker
+    takes the publish."""
     try:
         task.apply_async(args=list(nxt.args), task_id=nxt.task_id, queue=nxt.queue or settings.queue,
                          headers={USER_HEADER: nxt.user or ""})
     except Exception as err:
-        pause = refused_hand_off_pause(task.request.get(DELIVERY_COUNT_HEADER))
+        refused = refusals_before(task)
+        pause = refused_hand_off_pause(refused)
         log.warning("could not start the next turn %s (%s: %s); this turn's message goes back to its queue to make "
                     "the hand-off again in %.0f s", nxt.args, type(err).__name__, err, pause)
-        _pause(pause)
-        raise Reject(f"the hand-off to {nxt.task_id} was not published", requeue=True) from err
+        try:
+            send_again(task, pause, {REFUSALS_HEADER: refused + 1})
+        except Exception as again:
+            log.warning("could not send it back for later either (%s: %s): it is returned as it is after the wait",
+                        type(again).__name__, again)
+            _pause(pause)
+            raise Reject(f"the hand-off to {nxt.task_id} was not published", requeue=True) from err
+        raise Ignore() from err
+
+
+def refusals_before(task: Task) -> int:
+    """How many times in a row the hand-off this message carries was refused before: what it was sent back with
+    (`REFUSALS_HEADER`), or, returned as it was, how often its queue counted it returned (`x-delivery-count`)."""
+    return max(_count(task.request.get(REFUSALS_HEADER)), _count(task.request.get(DELIVERY_COUNT_HEADER)))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def refused_hand_off_pause(returned: object) -> float:
-    """The wait before a refused hand-off's message goes back, the broker having returned it `returned` times before
-    (its delivery count; anything but a positive count, as a Redis broker's message has none: the first time)."""
-    times = returned if isinstance(returned, int) and not isinstance(returned, bool) and returned > 0 else 0
-    return min(REFUSED_HAND_OFF_PAUSE * float(2 ** min(times, 16)), REFUSED_HAND_OFF_MAX_PAUSE)
+    """The wait before a refused hand-off's message comes back, the hand-off having been refused `returned` times in
+    a row before (anything but a positive count: the first time)."""
+    return min(REFUSED_HAND_OFF_PAUSE * float(2 ** min(_count(returned), 16)), REFUSED_HAND_OFF_MAX_PAUSE)
 
 
 def reject_invalid(task: Task, problem: str) -> None:

@@ -255,15 +255,20 @@ def test_over_amqp_a_worker_whose_queue_was_declared_another_way_stops_saying_wh
 def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the_message_came_back(
         amqp_stack, rabbitmq: RabbitMQNode):
     """t2 names an agent with a queue of its own, which no worker consumes yet and which is over a `reject-publish`
-    length limit (one ping waiting in it): every hand-off of t2 is refused, and t1's message comes back each time with
-    the quorum queue's `x-delivery-count` one higher. The worker waits 1, then 2, then 4 s before sending it back
-    (red while the wait was a fixed second: 1, 1, 1). Once the limit is gone and a worker serves the agent's queue,
-    the next return makes the hand-off and t2 answers there, the write tool having run once."""
+    length limit (one ping waiting in it): every hand-off of t2 is refused, and t1's message comes back each time,
+    sent again with the refusals counted. It comes back after 1, then 2, then 4 s (red while the wait was a fixed
+    second: 1, 1, 1). t1's queue has a delivery limit of 1 (a policy, as RabbitMQ 4.0's default of 20 but sooner):
+    the returns never count against it, each being a new message, so nothing is dead-lettered (red while the
+    message went back with a reject: dead-lettered on its second return, t2 left queued for good). Once the limit
+    is gone and a worker serves the agent's queue, the next return makes the hand-off and t2 answers there, the
+    write tool having run once."""
     stack = amqp_stack
     special = f"{stack.queue}-own"
     fleet = {"BATON_AGENTS": "tests.support.agents_fleet:HELD_THEN_QUEUED", "BATON_TEST_AGENT_QUEUE": special}
     stack.fake_api.set_handler(Script([tool_call("blocking_write", {"note": "one"}), text("first"), text("second")]))
     worker = stack.worker("default", concurrency=1, **fleet)
+    assert rabbitmq.ctl_call("set_policy", "--apply-to", "queues", f"limit-{stack.queue}", f"^{stack.queue}$",
+                             '{"delivery-limit": 1}').returncode == 0
     client = stack.client(BATON_TEST_AGENT_QUEUE=special)
     r = _redis(stack)
     first = client.send_message("refused-again", "one")
@@ -287,6 +292,9 @@ def test_over_amqp_a_hand_off_refused_again_and_again_waits_longer_each_time_the
     assert (done.status, done.reply, done.agent) == ("completed", "second", "queued")
     assert stack.fake_api.request_count == 3
     assert counting_tools.calls(r, "blocking_write") == 1
+    queues = rabbitmq.queues()
+    assert queues[stack.queue]["policy"] == f"limit-{stack.queue}"  # the limit was in force all along
+    assert int(queues[dead_letter_queue_name(stack.queue)]["messages"]) == 0
 
 
 def test_over_amqp_the_work_queue_is_a_quorum_queue_with_a_dead_letter_queue(amqp_stack, rabbitmq: RabbitMQNode):

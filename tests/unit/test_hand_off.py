@@ -192,6 +192,47 @@ def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_m
     assert paused == [1.0, 1.0, 2.0, 8.0, 10.0]
 
 
+def test_a_refused_hand_offs_message_is_sent_back_for_later_as_a_new_one_holding_no_slot(monkeypatch):
+    """The broker refuses the publish of t2 but takes one to t1's own queue: t1's message is published again with
+    the wait as its countdown and the refusal counted in a header, and the delivered one acknowledged (`Ignore`).
+    No wait is spent in the pool slot, and the queue never counts a return (RabbitMQ 4.0's delivery limit of 20
+    dead-lettered the message that carries the hand-off, red before: `Reject` with requeue after the wait, every
+    time). The count it came back with sets the next wait."""
+    from celery.app.task import Context
+    from celery.exceptions import Ignore
+    from kombu.exceptions import OperationalError
+
+    from tasks.drivers import acting
+
+    paused: list[float] = []
+    monkeypatch.setattr(acting, "_pause", paused.append)
+    sent: list[dict] = []
+
+    class OnlyItsOwnQueue:
+        def __init__(self, headers: dict) -> None:
+            self.request = Context({"id": "task-t1", "args": ["c1", "t1"], "kwargs": {},
+                                    "delivery_info": {"routing_key": "baton"}, **headers})
+
+        def apply_async(self, **options):
+            if options["task_id"] == "task-t2":
+                raise OperationalError("refused: reject-publish")
+            sent.append(options)
+
+    hand_off = HandOff(("c1", "t2"), "task-t2", user="u1", queue="gpu")
+    for headers in ({"baton_user": "u1"}, {"baton_user": "u1", acting.REFUSALS_HEADER: 1},
+                    {acting.REFUSALS_HEADER: 3, "x-delivery-count": 1}):
+        with pytest.raises(Ignore):
+            acting.act(OnlyItsOwnQueue(headers), Outcome("done", "completed", hand_off=hand_off))
+    assert paused == []
+    assert [(o["task_id"], o["args"], o["queue"]) for o in sent] == [("task-t1", ["c1", "t1"], "baton")] * 3
+    assert [o["countdown"] for o in sent] == [1.0, 2.0, 8.0]
+    assert [o["headers"] for o in sent] == [
+        {"baton_user": "u1", acting.REFUSALS_HEADER: 1},
+        {"baton_user": "u1", acting.REFUSALS_HEADER: 2},
+        {acting.REFUSALS_HEADER: 4},
+    ]
+
+
 @pytest.mark.parametrize(
     ("returned", "pause"),
     [(None, 1.0), ("3", 1.0), (True, 1.0), (-2, 1.0), (0, 1.0), (1, 2.0), (2, 4.0), (3, 8.0), (4, 10.0), (10**6, 10.0)],
