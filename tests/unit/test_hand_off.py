@@ -172,9 +172,10 @@ def _refused(returned: int | None = None):
 
 
 def test_a_hand_off_the_broker_refused_sends_the_settled_turns_message_back_to_make_it_again(monkeypatch):
-    """The broker refuses the publish of t2 while this worker's consumer still works: t1's message is rejected with
-    requeue instead of acknowledged, and its next delivery (the test above) starts t2. Shown red with the old
-    handler, which logged and let the message be acknowledged: nothing was raised."""
+    """The broker refuses the publish of t2, and the send of t1's message back for later too (it refuses everything)
+    while this worker's consumer still works: t1's message is rejected with requeue instead of acknowledged, and its
+    next delivery (the test above) starts t2. Shown red with the old handler, which logged and let the message be
+    acknowledged: nothing was raised."""
     from celery.exceptions import Reject
 
     from tasks.drivers import acting
