@@ -46,7 +46,8 @@ BROKER_REFUSED = Failure.model_validate(
         "class": "infra_transient",
         "retryable": True,
         "message": "The broker refused to take it (its queue declared another way, as by an earlier Baton: see the "
-                   "README's RabbitMQ upgrade); nothing ran. Retry once the broker takes it.",
+                   "README's RabbitMQ upgrade; or not allowed to this user); nothing ran. Retry once the broker "
+                   "takes it.",
     }
 )
 # What a failed publish raises, where the unit's message may not exist: the unit is withdrawn (`failure_of`).
