@@ -14,7 +14,7 @@ from config.settings import Settings
 from tasks.client.async_base import AsyncBase, reaching
 from tasks.client.core import NotFound, ValidationError
 from tasks.reach import STORE_ERRORS, Unavailable
-from tasks.store import budget_rules, budgets, keys
+from tasks.store import budget_marks, budget_rules, budgets, keys
 
 
 def _checked(scope: str) -> str:
@@ -51,6 +51,7 @@ class Budgets:
         total). What it spent and holds so far stays. Returns the budget as `budget(scope)` answers it."""
         args, now = _set_args(scope, usd, tokens, period)
         try:
+            budget_marks.mark_all(self.redis)  # before the budget: a unit that reads no mark then finds none
             raw = self.redis.eval(budgets.SET, 1, keys.budget(scope), *args)
         except STORE_ERRORS as err:
             raise Unavailable("store", self.settings, err) from err
@@ -83,6 +84,7 @@ class AsyncBudgets(AsyncBase):
     ) -> dict[str, Any]:
         """As `Client.set_budget`."""
         args, now = _set_args(scope, usd, tokens, period)
+        await budget_marks.mark_all_async(self._store)
         raw = await self._store.eval(budgets.SET, 1, keys.budget(scope), *args)
         return _found(scope, budget_rules.answer(scope, raw, now))
 

@@ -168,7 +168,7 @@ class Execution(Holding, Starting, Seeding, RateWaiting):
         gate = wiring.gate_ahead(self.settings, self.client, default)
         scopes = unit_scopes(self.unit.owner_id, self.user or None, default.name)
         return Ask(gate.ahead(default.model, default.max_tokens) if gate is not None else None,
-                   applying(self.unit.owner_id, scopes))
+                   applying(self.unit.owner_id, scopes), keys.budgets_mark(self.unit.owner_id))
 
     def _guarded(self, rec: UnitRecord, loaded: Loaded, lease: Lease) -> Outcome:
         """Execute under the lease with its watcher; whatever nobody foresaw fails the unit, classified."""
@@ -299,7 +299,8 @@ class Execution(Holding, Starting, Seeding, RateWaiting):
             return None
         owner = self.unit.owner_id
         budget_keys = applying(owner, unit_scopes(owner, rec.user, rec.agent))  # as the unit's reservations read them
-        return lambda: Ask(gate.ahead(config.model, config.max_tokens) if gate is not None else None, budget_keys)
+        mark = keys.budgets_mark(owner)
+        return lambda: Ask(gate.ahead(config.model, config.max_tokens) if gate is not None else None, budget_keys, mark)
 
     def _journal(self, rec: UnitRecord, loaded: Loaded) -> RedisJournal:
         """The unit's journal as its lease read it; the loop's look after a tool round rides the round's last result

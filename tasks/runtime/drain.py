@@ -41,7 +41,7 @@ from tasks.runtime.sweeper import pending_check_seconds, publish, sweep_lost_mes
 from tasks.runtime.unacked import INTERVAL as UNACKED_INTERVAL
 from tasks.runtime.unacked import UnackedRestorer
 from tasks.store import agents as published_agents
-from tasks.store import budgets, connect, keys
+from tasks.store import budget_marks, budgets, connect, keys
 
 log = logging.getLogger("baton.drain")
 # The MCP SDK's HTTP client logs every request at INFO: a line per tool call in a worker's log says nothing useful.
@@ -140,6 +140,7 @@ def _sweep_forever(hostname: str) -> None:
     broker_place = f"{reach.label('broker', settings)} at {reach.broker_address(settings)}"
     lost_messages = Outage(broker_place, interval) if elsewhere else store
     cleared = False  # a drain flag left by this hostname's previous life (it expires, but would drain us now)
+    marked = False  # the budgets' marks are set (or not needed: one Redis); see tasks/store/budget_marks.py
     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
     # A prefork worker's consumer restores kombu's unacked messages; no other does (tasks/runtime/unacked.py).
     restorer = UnackedRestorer(app) if broker is not None and not _prefork[0] else None
@@ -148,6 +149,8 @@ def _sweep_forever(hostname: str) -> None:
         with _telling(store):
             if client is None:
                 client = wiring.store(settings)
+            if not marked:  # before the first pass says ready: budgets an earlier Baton set count from the start
+                marked = _mark_budgets(client)
             if not cleared:
                 pipe = client.pipeline(transaction=False)
                 for key in keys.drains(hostname):  # one DEL each: a cluster's DEL takes the keys of one slot
@@ -180,6 +183,14 @@ def _sweep_forever(hostname: str) -> None:
                 restorer.restore()
         if _sweeper_halt.wait(interval):
             return
+
+
+def _mark_budgets(client: redis.Redis) -> bool:
+    """One pass of the budgets' marks (tasks/store/budget_marks.py); True when no pass need look again."""
+    got = budget_marks.mark_if_kept(client)
+    if got:
+        log.warning("budgets: the budgets kept without their marks (set by an earlier Baton) are marked on every shard")
+    return got is not False
 
 
 _agents_forgotten = [0.0]  # when this worker last dropped stale published entries (monotonic)

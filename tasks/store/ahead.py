@@ -7,9 +7,11 @@ and model the unit starts with (the fleet's default agent's), and the unit's bud
 whose it is (the `baton_user` header its publisher adds: an older publisher's message says nothing, and its first
 call asks on its own). So the take's round trip carries them, each on its own slot: the admission, as the gate would
 ask it, and `EXISTS` of the unit's budget keys and its owner's held reservations, as the reservation's script would
-read them first. The first reservation and admission then take those replies (`Preflight.no_budget`, `admitted`),
-if they are for the same keys and were asked within `AHEAD_SECONDS`: one round trip fewer a turn. Where a budget
-exists, the reservation asks as before, with an admission of its own.
+read them first (on a Redis Cluster, whose budgets are on another master, the budgets' mark on the unit's own slot
+instead, while the marks say no budget exists: tasks/store/budget_marks.py). The first reservation and admission
+then take those replies (`Preflight.no_budget`, `admitted`), if they are for the same keys and were asked within
+`AHEAD_SECONDS`: one round trip fewer a turn. Where a budget exists, the reservation asks as before, with an
+admission of its own.
 
 What this changes: the first attempt is admitted a millisecond earlier, at the take, and a budget set in that
 millisecond starts counting with the unit's next attempt (as one set while an attempt is in flight does). An agent
@@ -43,10 +45,19 @@ USER_HEADER = "baton_user"
 @dataclass(frozen=True)
 class Ask:
     """What the take asks for the first model call: the gate's admission (its endpoint state key and script call;
-    None: no gate, or an agent with limits of its own) and the budget keys whose existence answers the reservation."""
+    None: no gate, or an agent with limits of its own), the budget keys whose existence answers the reservation, and
+    on a cluster the budgets' mark on the unit's own slot ("": none), which answers it when absent
+    (tasks/store/budget_marks.py)."""
 
     admission: tuple[str, Script, list[str], list[Any]] | None
     budget_keys: list[str]
+    mark: str = ""
+
+
+# Whether the last budgets' mark this process read was there (it starts as if it were). While it is, the budget
+# keys are asked beside the mark, in the same round trip, so a fleet with budgets pays what it did; while it is
+# not, only the mark is, on the unit's own master, and a mark found after all leaves the reservation to ask.
+_MARK_SEEN = [True]
 
 
 def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask, behind: Call) -> tuple[Any, Any]:
@@ -56,9 +67,10 @@ def take_asking(client: redis.Redis, take: ScriptCall, ask: Ask, behind: Call) -
     script, keys, args = take
     at = time.monotonic()
     # a server that lost its scripts: each runs again, loading it
-    replies = in_one_trip(client, [Call.script(client, script, keys, args), behind, *_reads(client, ask)])
+    reads, asked = _reads(client, ask)
+    replies = in_one_trip(client, [Call.script(client, script, keys, args), behind, *reads])
     taken = raised(replies[0])
-    PREFLIGHT.asked(_answered(ask, replies[2:], at))
+    PREFLIGHT.asked(_answered(ask, asked, replies[2:], at))
     return taken, replies[1]
 
 
@@ -75,7 +87,7 @@ def round_ahead(client: redis.Redis, ask: Ask) -> None:
     if not PREFLIGHT.may_ask_ahead():
         return
     lead = PREFLIGHT.take_lead()
-    calls = _reads(client, ask)
+    calls, asked = _reads(client, ask)
     at = time.monotonic()
     if lead is None:  # the results are written (a write tool's, or no preflight waits for them): only the asks
         sent = InFlight.send(client, calls)
@@ -93,7 +105,7 @@ def round_ahead(client: redis.Redis, ask: Ask) -> None:
         if lead is not None:
             lead.answer(raised(replies[0]))
             replies = replies[1:]
-        PREFLIGHT.asked(_answered(ask, replies, at))
+        PREFLIGHT.asked(_answered(ask, asked, replies, at))
 
     if sent is not None:
         PREFLIGHT.flying(lambda: land(sent.replies()))
@@ -102,25 +114,56 @@ def round_ahead(client: redis.Redis, ask: Ask) -> None:
     # else (only asks, on such a client) the call asks as it would have
 
 
-def _reads(client: redis.Redis, ask: Ask) -> list[Call]:
-    """`ask`'s calls: the gate's admission, if asked, then the budget keys' `EXISTS`."""
+@dataclass(frozen=True)
+class _Shape:
+    """Which of an `Ask`'s reads were sent, in this order: the admission, the mark, the budget keys' EXISTS."""
+
+    admission: bool
+    mark: bool
+    budgets: bool
+
+
+def _reads(client: redis.Redis, ask: Ask) -> tuple[list[Call], _Shape]:
+    """`ask`'s calls: the gate's admission, if asked, then the budgets' mark on a cluster, then the budget keys'
+    `EXISTS` unless the last mark read was absent (`_MARK_SEEN`)."""
     calls = []
     if ask.admission is not None:
         _, admit, admit_keys, admit_args = ask.admission
         calls.append(Call.script(client, admit, admit_keys, admit_args))
+    mark = ask.mark
+    if mark:
+        calls.append(Call(("EXISTS", mark), mark, lambda: client.exists(mark)))
     budget_keys = ask.budget_keys
-    calls.append(Call(("EXISTS", *budget_keys), budget_keys[0], lambda: client.exists(*budget_keys)))
-    return calls
+    budgets = not mark or _MARK_SEEN[0]
+    if budgets:
+        calls.append(Call(("EXISTS", *budget_keys), budget_keys[0], lambda: client.exists(*budget_keys)))
+    return calls, _Shape(ask.admission is not None, bool(mark), budgets)
 
 
-def _answered(ask: Ask, replies: list[Any], at: float) -> Asked:
-    """What `ask`'s calls, sent at `at` (monotonic), answered: an error reply is asked again by the call."""
-    admission = replies[0] if ask.admission is not None else None
-    exists = replies[-1]
+def no_budget(mark: Any, exists: Any) -> bool | None:
+    """Whether no budget of the unit exists, from the replies of the mark's `EXISTS` and the budget keys' (None: not
+    asked; an exception: an error reply): the keys' own answer when there is one, else an absent mark's; None when
+    neither says (the reservation asks)."""
+    if isinstance(exists, int):
+        return exists == 0
+    if isinstance(mark, int) and mark == 0:
+        return True
+    return None
+
+
+def _answered(ask: Ask, shape: _Shape, replies: list[Any], at: float) -> Asked:
+    """What `ask`'s calls, sent at `at` (monotonic) as `shape` says, answered: an error reply is asked again by the
+    call."""
+    replies = list(replies)
+    admission = replies.pop(0) if shape.admission else None
+    mark = replies.pop(0) if shape.mark else None
+    exists = replies.pop(0) if shape.budgets else None
+    if isinstance(mark, int):
+        _MARK_SEEN[0] = mark != 0
     return Asked(
         ask.admission[0] if ask.admission is not None else "",
         None if isinstance(admission, Exception) else admission,
         tuple(ask.budget_keys),
-        None if isinstance(exists, Exception) else int(exists) == 0,
+        no_budget(mark, exists),
         at,
     )

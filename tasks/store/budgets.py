@@ -36,7 +36,7 @@ from typing import Any
 import redis
 
 from agent.loop.spend import BudgetExceeded, Charge
-from tasks.store import budget_rules, keys
+from tasks.store import budget_marks, budget_rules, keys
 from tasks.store.preflight import PREFLIGHT, Deferred
 from tasks.store.replies import text
 from tasks.store.scripts import registered
@@ -162,7 +162,9 @@ def set_budget(client: redis.Redis, scope: str, usd: float | None, tokens: int |
     """Set (or change) the budget of `scope`; returns `c.budget(scope)`'s answer."""
     budget_rules.check_scope(scope)
     now = now_utc()
-    raw = client.eval(SET, 1, keys.budget(scope), *set_args(scope, usd, tokens, period, now))
+    args = set_args(scope, usd, tokens, period, now)
+    budget_marks.mark_all(client)  # before the budget: see tasks/store/budget_marks.py
+    raw = client.eval(SET, 1, keys.budget(scope), *args)
     out = budget_rules.answer(scope, raw, now)
     assert out is not None
     return out

@@ -291,3 +291,18 @@ BUDGET_HOLDERS = f"{PREFIX}:{BUDGETS_TAG}:holders"  # set: the held hashes that 
 def budget_held(owner_id: str) -> str:
     """Hash: reservation id -> what it holds (JSON), for each attempt of the owner's units in flight."""
     return f"{PREFIX}:{BUDGETS_TAG}:held:{owner_id}"
+
+
+# A Redis Cluster's budgets' marks (tasks/store/budget_marks.py): one copy on every shard, set before any budget is
+# and never removed, so a unit's own slot says whether a budget may exist anywhere. None on one Redis ("").
+BUDGETS_MARKED = f"{PREFIX}:{BUDGETS_TAG}:marked"  # string: every shard's mark was set
+
+
+def budgets_mark(owner_id: str) -> str:
+    """The budgets' mark on `owner_id`'s shard ("" on one Redis, where the budget keys are asked in the same trip)."""
+    return f"{PREFIX}:{{{shard_tag(shard(owner_id))}}}:budgets:marked" if _cluster[0] else ""
+
+
+def budgets_marks() -> list[str]:
+    """Every shard's budgets' mark (none on one Redis)."""
+    return [f"{PREFIX}:{{{shard_tag(i)}}}:budgets:marked" for i in range(SHARDS)] if _cluster[0] else []

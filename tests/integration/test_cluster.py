@@ -436,6 +436,102 @@ def test_one_users_budget_holds_their_chats_on_every_master(cstack, cluster):
     assert "user:dana" in refused.failure["message"]
 
 
+def _without_budgets(cluster: PrivateCluster) -> None:
+    """No budget, nothing held, no budgets' mark: a store that never had a budget (the module shares one cluster)."""
+    keys.use_cluster(True)
+    for m in cluster.masters():
+        node = redis.Redis(port=m.port)
+        doomed = [k for k in node.scan_iter(match="baton:*budgets*", count=1000)]
+        for key in doomed:  # one DEL each: the keys are on many slots
+            node.delete(key)
+
+
+def _budget_traffic(entries: list[dict]) -> list[str]:
+    """The commands that named a key of the budgets' slot, less the worker's sweeps' (the marks' flag, the holders)."""
+    sweeps = {f"EXISTS {keys.BUDGETS_MARKED}", f"SMEMBERS {keys.BUDGET_HOLDERS}"}
+    return [e["command"] for e in entries if "{budgets}" in e["command"] and e["command"] not in sweeps]
+
+
+def _watching(cluster: PrivateCluster) -> tuple[list, list]:
+    from tests.support import monitor
+
+    urls = [f"redis://127.0.0.1:{m.port}/0" for m in cluster.masters()]
+    probes = [monitor.probe(url) for url in urls]
+    return probes, [monitor.Monitor(url, address) for url, (_, address) in zip(urls, probes, strict=True)]
+
+
+def test_a_fleet_without_budgets_asks_nothing_of_the_budgets_master_and_a_budget_set_counts(cstack, cluster):
+    """Every budget is on one slot, so the question "does a budget of this unit exist?", asked before each model
+    call, went to the budgets' master, another master for two units in three. With no budget anywhere, the
+    turns of chats on every master now name no key of that slot (each reads the budgets' mark on its own slot);
+    a budget set then marks every shard first, and the next turns are reserved and charged on it."""
+    from tests.support import monitor
+
+    _without_budgets(cluster)
+    cstack.fake_api.set_handler(_tool_then(tool_call("peek", {"key": "a"}), text("The answer is A.")))
+    cstack.env["BATON_TOOLS"] = "bench.tools:TOOLS"
+    cstack.worker(concurrency=1)
+    client = cstack.client()
+    chats = _chats_on_every_master(cluster, "unbudgeted")
+    assert client.wait(client.send_message("unbudgeted-warm", "what is a?", user="erin"), timeout=60).reply
+    probes, watching = _watching(cluster)
+    try:
+        for probe, _ in probes:
+            probe.echo(monitor.START)
+        for chat in chats:
+            result = client.wait(client.send_message(chat, "what is a?", user="erin"), timeout=60)
+            assert result.status == "completed" and result.reply == "The answer is A."
+        for probe, _ in probes:
+            probe.echo(monitor.END)
+    finally:
+        for each in watching:
+            each.close()
+    seen = [e for each in watching for e in each.seen]
+    assert any(e["command"].startswith("EXISTS baton:{") and ":budgets:marked" in e["command"] for e in seen)
+    assert _budget_traffic(seen) == []
+
+    client.set_budget("user:erin", tokens=100_000, period="day")
+    assert all(_store(cluster).exists(mark) for mark in keys.budgets_marks())
+    budgeted = _chats_on_every_master(cluster, "budgeted")  # new chats: each turn calls the tool, then answers
+    for chat in budgeted:
+        assert client.wait(client.send_message(chat, "what is a?", user="erin"), timeout=60).status == "completed"
+    spent = client.budget("user:erin")
+    assert (spent["spent_tokens"], spent["reserved_tokens"]) == (30 * len(budgeted), 0)  # two attempts of 15 a turn
+
+
+def test_a_budget_an_earlier_baton_set_without_marks_is_marked_by_a_starting_worker_and_charged(cstack, cluster):
+    """A budget set by a Baton from before the marks (its budget key alone) is found by a new worker's first sweep,
+    before it says it is ready: every shard is marked, and the turns that follow are charged on it."""
+    from tasks.store import budgets
+
+    _without_budgets(cluster)
+    store = _store(cluster)
+    now = budgets.now_utc()
+    store.eval(budgets.SET, 1, keys.budget("user:fay"), *budgets.set_args("user:fay", None, 100_000, "day", now))
+    assert not any(store.exists(mark) for mark in keys.budgets_marks())
+    cstack.fake_api.set_handler(lambda body, index: text("held"))  # 10 input and 5 output tokens each
+    worker = cstack.worker(concurrency=1)
+    assert all(store.exists(mark) for mark in keys.budgets_marks()) and store.exists(keys.BUDGETS_MARKED)
+    assert "marked on every shard" in worker.log()
+    client = cstack.client()
+    chats = _chats_on_every_master(cluster, "old-budget")
+    for chat in chats:
+        assert client.wait(client.send_message(chat, "hello", user="fay"), timeout=60).status == "completed"
+    assert client.budget("user:fay")["spent_tokens"] == 15 * len(chats)
+
+
+def test_the_async_client_marks_every_shard_before_it_sets_a_budget(cstack, cluster):
+    _without_budgets(cluster)
+
+    async def main() -> dict:
+        async with cstack.async_client() as ac:
+            return await ac.set_budget("user:gus", usd=5.0, period="month")
+
+    assert asyncio.run(main())["usd"] == 5.0
+    store = _store(cluster)
+    assert all(store.exists(mark) for mark in keys.budgets_marks()) and store.exists(keys.BUDGETS_MARKED)
+
+
 # A turn of one tool round on the cluster, per turn, summed over the masters (its broker is another Redis): 11
 # commands sent, measured at this stop (9 EVALSHA: the enqueue, the take, each attempt's budget reservation and rate
 # gate (one pipeline), the model step, the tool step, the settle with the last step held; the client's XREAD and
@@ -448,6 +544,8 @@ CLUSTER_SENT_CEILING = 12.75
 
 def test_a_turn_on_the_cluster_stays_under_its_command_ceiling(cstack, cluster):
     from tests.support import monitor
+
+    _without_budgets(cluster)  # as a fleet without budgets: an earlier test's budget would add its reads
 
     cstack.env["BATON_TOOLS"] = "bench.tools:TOOLS"  # a tool with no I/O: the counts are Baton's own
     cstack.fake_api.set_handler(_tool_then(tool_call("peek", {"key": "a"}), text("The answer is A.")))
