@@ -452,12 +452,26 @@ def _budget_traffic(entries: list[dict]) -> list[str]:
     return [e["command"] for e in entries if "{budgets}" in e["command"] and e["command"] not in sweeps]
 
 
-def _watching(cluster: PrivateCluster) -> tuple[list, list]:
+def _turns_watched(cluster: PrivateCluster, client, chats: list[str], **send: str) -> list[dict]:
+    """A turn of each chat ("what is a?", answered "The answer is A."), one after another, and every command the
+    masters ran meanwhile (MONITOR, from a marker to a marker)."""
     from tests.support import monitor
 
     urls = [f"redis://127.0.0.1:{m.port}/0" for m in cluster.masters()]
     probes = [monitor.probe(url) for url in urls]
-    return probes, [monitor.Monitor(url, address) for url, (_, address) in zip(urls, probes, strict=True)]
+    watching = [monitor.Monitor(url, address) for url, (_, address) in zip(urls, probes, strict=True)]
+    try:
+        for probe, _ in probes:
+            probe.echo(monitor.START)
+        for chat in chats:
+            result = client.wait(client.send_message(chat, "what is a?", **send), timeout=60)
+            assert result.status == "completed" and result.reply == "The answer is A."
+        for probe, _ in probes:
+            probe.echo(monitor.END)
+    finally:
+        for each in watching:
+            each.close()
+    return [e for each in watching for e in each.seen]
 
 
 def test_a_fleet_without_budgets_asks_nothing_of_the_budgets_master_and_a_budget_set_counts(cstack, cluster):
@@ -465,8 +479,6 @@ def test_a_fleet_without_budgets_asks_nothing_of_the_budgets_master_and_a_budget
     call, went to the budgets' master, another master for two units in three. With no budget anywhere, the
     turns of chats on every master now name no key of that slot (each reads the budgets' mark on its own slot);
     a budget set then marks every shard first, and the next turns are reserved and charged on it."""
-    from tests.support import monitor
-
     _without_budgets(cluster)
     cstack.fake_api.set_handler(_tool_then(tool_call("peek", {"key": "a"}), text("The answer is A.")))
     cstack.env["BATON_TOOLS"] = "bench.tools:TOOLS"
@@ -474,19 +486,7 @@ def test_a_fleet_without_budgets_asks_nothing_of_the_budgets_master_and_a_budget
     client = cstack.client()
     chats = _chats_on_every_master(cluster, "unbudgeted")
     assert client.wait(client.send_message("unbudgeted-warm", "what is a?", user="erin"), timeout=60).reply
-    probes, watching = _watching(cluster)
-    try:
-        for probe, _ in probes:
-            probe.echo(monitor.START)
-        for chat in chats:
-            result = client.wait(client.send_message(chat, "what is a?", user="erin"), timeout=60)
-            assert result.status == "completed" and result.reply == "The answer is A."
-        for probe, _ in probes:
-            probe.echo(monitor.END)
-    finally:
-        for each in watching:
-            each.close()
-    seen = [e for each in watching for e in each.seen]
+    seen = _turns_watched(cluster, client, chats, user="erin")
     assert any(e["command"].startswith("EXISTS baton:{") and ":budgets:marked" in e["command"] for e in seen)
     assert _budget_traffic(seen) == []
 
@@ -553,21 +553,7 @@ def test_a_turn_on_the_cluster_stays_under_its_command_ceiling(cstack, cluster):
     client = cstack.client()
     chats = _chats_on_every_master(cluster, "cost")
     assert client.wait(client.send_message("cost-warm", "what is a?"), timeout=60).status == "completed"
-    urls = [f"redis://127.0.0.1:{m.port}/0" for m in cluster.masters()]
-    probes = [monitor.probe(url) for url in urls]
-    watching = [monitor.Monitor(url, address) for url, (_, address) in zip(urls, probes, strict=True)]
-    try:
-        for probe, _ in probes:
-            probe.echo(monitor.START)
-        for chat in chats:
-            result = client.wait(client.send_message(chat, "what is a?"), timeout=60)
-            assert result.status == "completed" and result.reply == "The answer is A."
-        for probe, _ in probes:
-            probe.echo(monitor.END)
-    finally:
-        for each in watching:
-            each.close()
-    sent, _ = monitor.by_kind([e for each in watching for e in each.seen])
+    sent, _ = monitor.by_kind(_turns_watched(cluster, client, chats))
     assert sum(sent.values()) / len(chats) <= CLUSTER_SENT_CEILING, f"sent per turn: {monitor.shown(sent, len(chats))}"
 
 
