@@ -140,7 +140,7 @@ def _sweep_forever(hostname: str) -> None:
     broker_place = f"{reach.label('broker', settings)} at {reach.broker_address(settings)}"
     lost_messages = Outage(broker_place, interval) if elsewhere else store
     cleared = False  # a drain flag left by this hostname's previous life (it expires, but would drain us now)
-    marked = False  # the budgets' marks are set (or not needed: one Redis); see tasks/store/budget_marks.py
+    marks = budget_marks.Upkeep()  # a cluster's budgets' marks (tasks/store/budget_marks.py)
     next_lost_check = time.monotonic() + pending_check_seconds(settings) / 2
     # A prefork worker's consumer restores kombu's unacked messages; no other does (tasks/runtime/unacked.py).
     restorer = UnackedRestorer(app) if broker is not None and not _prefork[0] else None
@@ -149,8 +149,9 @@ def _sweep_forever(hostname: str) -> None:
         with _telling(store):
             if client is None:
                 client = wiring.store(settings)
-            if not marked:  # before the first pass says ready: budgets an earlier Baton set count from the start
-                marked = _mark_budgets(client)
+            if marks.keep(client):  # first before the worker says ready: budgets an earlier Baton set count at once
+                log.warning("budgets: marked on every shard (budgets kept without their marks: set by an earlier "
+                            "Baton, or a mark lost)")
             if not cleared:
                 pipe = client.pipeline(transaction=False)
                 for key in keys.drains(hostname):  # one DEL each: a cluster's DEL takes the keys of one slot
@@ -183,14 +184,6 @@ def _sweep_forever(hostname: str) -> None:
                 restorer.restore()
         if _sweeper_halt.wait(interval):
             return
-
-
-def _mark_budgets(client: redis.Redis) -> bool:
-    """One pass of the budgets' marks (tasks/store/budget_marks.py); True when no pass need look again."""
-    got = budget_marks.mark_if_kept(client)
-    if got:
-        log.warning("budgets: the budgets kept without their marks (set by an earlier Baton) are marked on every shard")
-    return got is not False
 
 
 _agents_forgotten = [0.0]  # when this worker last dropped stale published entries (monotonic)

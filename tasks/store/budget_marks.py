@@ -15,13 +15,17 @@ A budget set without them, by a Baton from before the marks (a rolling upgrade, 
 by the workers' sweeps: while the `{budgets}` flag that says every mark was set is missing, each pass counts the
 keys in the budgets' slot, and sets the marks when it holds any. The first pass runs as a worker starts, before it
 says it is ready; a budget an older client sets during the upgrade counts from the next pass (`BATON_LEASE_TTL`/4,
-at most 2 s), as a budget set while an attempt is in flight counts from the next attempt.
+at most 2 s), as a budget set while an attempt is in flight counts from the next attempt. Once the flag is there,
+each worker checks every minute that every mark still is (a failover can lose a write its replica had not yet
+received, the mark's as any other's) and sets them again if one is not.
 
 On one Redis (or behind Sentinel) there are no marks: the budget keys are asked in the unit's own round trip.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -59,16 +63,52 @@ def budgets_slot() -> int:
     return key_slot(keys.BUDGETS_MARKED.encode())
 
 
-def mark_if_kept(client: Any) -> bool | None:
-    """The sweep's pass (see the module): True when it set the marks for what the budgets' slot keeps, False when
-    the slot keeps nothing yet, None when the marks were set already (nothing to look at again: the flag stays)."""
-    if not keys.clustered() or client.exists(keys.BUDGETS_MARKED):
-        return None
+# How often a worker that has seen the flag checks that every mark is still there.
+VERIFY_SECONDS = 60.0
+
+
+def _kept(client: Any) -> bool:
+    """Whether the budgets' slot keeps anything (a budget, or a reservation held on one)."""
     try:
-        kept = int(client.cluster_countkeysinslot(budgets_slot()))
-    except redis.ResponseError:  # not allowed to count (an ACL without CLUSTER): marked, as if a budget were kept,
-        kept = 1  # so the fleet asks the budget keys as before rather than miss one
-    if not kept:
-        return False
-    mark_all(client)
-    return True
+        return int(client.cluster_countkeysinslot(budgets_slot())) > 0
+    except redis.ResponseError:  # not allowed to count (an ACL without CLUSTER): as if a budget were kept, so the
+        return True  # marks are set and the fleet asks the budget keys as before rather than miss one
+
+
+def _all_present(client: Any) -> bool:
+    pipe = client.pipeline(transaction=False)
+    for key in keys.budgets_marks():
+        pipe.exists(key)
+    return all(int(found) for found in pipe.execute())
+
+
+class Upkeep:
+    """A worker's sweep's part in the marks (see the module). Until the flag is seen, each pass looks whether the
+    budgets' slot keeps anything and marks every shard when it does (a budget an earlier Baton set). Once it is seen,
+    every `VERIFY_SECONDS` it checks that each mark is still there and marks again when one is not: a failover that
+    lost a mark's write, or a key deleted by hand, would otherwise leave that shard's units reading "no budget"."""
+
+    def __init__(self, every: float = VERIFY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every, self._clock = every, clock
+        self._flagged = False
+        self._next = 0.0
+
+    def keep(self, client: Any) -> bool:
+        """One pass; True when it set the marks (nothing on one Redis)."""
+        if not keys.clustered():
+            return False
+        if not self._flagged:
+            if not client.exists(keys.BUDGETS_MARKED):
+                if not _kept(client):
+                    return False
+                mark_all(client)
+                self._flagged, self._next = True, self._clock() + self._every
+                return True
+            self._flagged = True
+        if self._clock() < self._next:
+            return False
+        self._next = self._clock() + self._every
+        if _all_present(client):
+            return False
+        mark_all(client)
+        return True

@@ -501,7 +501,8 @@ def test_a_fleet_without_budgets_asks_nothing_of_the_budgets_master_and_a_budget
 
 def test_a_budget_an_earlier_baton_set_without_marks_is_marked_by_a_starting_worker_and_charged(cstack, cluster):
     """A budget set by a Baton from before the marks (its budget key alone) is found by a new worker's first sweep,
-    before it says it is ready: every shard is marked, and the turns that follow are charged on it."""
+    before it says it is ready: every shard is marked, and the turns that follow are charged on it. A mark lost
+    later is set again by a worker's check of them all."""
     from tasks.store import budgets
 
     _without_budgets(cluster)
@@ -518,6 +519,13 @@ def test_a_budget_an_earlier_baton_set_without_marks_is_marked_by_a_starting_wor
     for chat in chats:
         assert client.wait(client.send_message(chat, "hello", user="fay"), timeout=60).status == "completed"
     assert client.budget("user:fay")["spent_tokens"] == 15 * len(chats)
+
+    # A mark lost (a failover can lose a write its replica had not received) while the flag stays: the next worker
+    # to start finds it missing in its first pass and marks again.
+    lost = keys.budgets_mark(chats[0])
+    store.delete(lost)
+    cstack.worker("w2", concurrency=1)
+    assert store.exists(lost)
 
 
 def test_the_async_client_marks_every_shard_before_it_sets_a_budget(cstack, cluster):

@@ -84,14 +84,20 @@ def test_each_shard_has_its_mark_on_its_own_slot_and_one_redis_has_none(cluster_
 
 
 class FakeCluster:
-    """What `mark_if_kept` and `mark_all` call, counted."""
+    """What the marks' upkeep and `mark_all` call, counted: a pipeline's EXISTS and SET are answered at `execute`."""
 
     def __init__(self, kept: int, flag: bool = False) -> None:
-        self.kept, self.values = kept, ({keys.BUDGETS_MARKED: "1"} if flag else {})
+        self.kept = kept
+        self.values: dict[str, str] = {keys.BUDGETS_MARKED: "1"} if flag else {}
         self.asked_slots: list[int] = []
         self.order: list[str] = []
+        self.looked = 0  # marks looked at (EXISTS in a pipeline)
+        self._queued: list[tuple[str, str]] = []
 
     def exists(self, key: str) -> int:
+        if self._piping:
+            self._queued.append(("exists", key))
+            return 0
         return int(key in self.values)
 
     def cluster_countkeysinslot(self, slot: int) -> int:
@@ -101,35 +107,74 @@ class FakeCluster:
         return self.kept
 
     def set(self, key: str, value: str) -> None:
+        if self._piping:
+            self._queued.append(("set", key))
+            return
         self.values[key] = value
         self.order.append(key)
 
+    _piping = False
+
     def pipeline(self, transaction: bool) -> FakeCluster:
+        self._piping, self._queued = True, []
         return self
 
-    def execute(self) -> None:
-        return None
+    def execute(self) -> list[int]:
+        self._piping = False
+        out = []
+        for op, key in self._queued:
+            if op == "set":
+                self.set(key, "1")
+                out.append(1)
+            else:
+                self.looked += 1
+                out.append(self.exists(key))
+        return out
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_the_sweep_marks_every_shard_then_the_flag_once_the_budgets_slot_keeps_anything(cluster_layout):
-    empty = FakeCluster(kept=0)
-    assert budget_marks.mark_if_kept(empty) is False and empty.order == []
-    assert empty.asked_slots == [budget_marks.budgets_slot()]
+    clock = Clock()
+    upkeep = budget_marks.Upkeep(every=60, clock=clock)
+    store = FakeCluster(kept=0)
+    assert upkeep.keep(store) is False and store.order == []
+    assert store.asked_slots == [budget_marks.budgets_slot()]
     assert budget_marks.budgets_slot() == keys.key_slot(keys.budget("user:dana").encode())
 
-    kept = FakeCluster(kept=3)
-    assert budget_marks.mark_if_kept(kept) is True
-    assert kept.order == [*keys.budgets_marks(), keys.BUDGETS_MARKED]  # the flag last: it says every mark is set
+    store.kept = 3  # a budget an earlier Baton set
+    assert upkeep.keep(store) is True
+    assert store.order == [*keys.budgets_marks(), keys.BUDGETS_MARKED]  # the flag last: it says every mark is set
+    assert upkeep.keep(store) is False and len(store.asked_slots) == 2  # flagged: the slot is not counted again
 
-    refused = FakeCluster(kept=-1)  # an ACL that does not allow CLUSTER: marked, so nothing is missed
-    assert budget_marks.mark_if_kept(refused) is True and refused.order[-1] == keys.BUDGETS_MARKED
 
-    done = FakeCluster(kept=3, flag=True)
-    assert budget_marks.mark_if_kept(done) is None and done.asked_slots == [] and done.order == []
+def test_once_flagged_every_mark_is_checked_each_minute_and_one_lost_is_set_again(cluster_layout):
+    clock = Clock()
+    upkeep = budget_marks.Upkeep(every=60, clock=clock)
+    store = FakeCluster(kept=3, flag=True)
+    for key in keys.budgets_marks():
+        store.values[key] = "1"
+    assert upkeep.keep(store) is False and store.looked == keys.SHARDS and store.asked_slots == []
+    clock.now += 59
+    assert upkeep.keep(store) is False and store.looked == keys.SHARDS  # not yet
+    del store.values[keys.budgets_marks()[17]]  # a failover lost it
+    clock.now += 2
+    assert upkeep.keep(store) is True and store.values[keys.budgets_marks()[17]] == "1"
+
+
+def test_an_acl_that_refuses_cluster_marks_as_if_a_budget_were_kept(cluster_layout):
+    store = FakeCluster(kept=-1)
+    assert budget_marks.Upkeep().keep(store) is True and store.order[-1] == keys.BUDGETS_MARKED
 
 
 def test_on_one_redis_there_is_nothing_to_mark():
-    one = FakeCluster(kept=3)
-    assert budget_marks.mark_if_kept(one) is None and one.order == []
-    budget_marks.mark_all(one)
-    assert one.order == []
+    store = FakeCluster(kept=3)
+    assert budget_marks.Upkeep().keep(store) is False and store.order == [] and store.asked_slots == []
+    budget_marks.mark_all(store)
+    assert store.order == []
