@@ -694,6 +694,7 @@ class Chaos:
             v.append(f"lost: {ref.kind} {ref.owner} {ref.unit} not terminal: {self._diagnose(ref)}")
         statuses: Counter[str] = Counter()
         classes: Counter[str] = Counter()
+        failures: list[str] = []  # what each failed unit said: a failure in a run with no violation explains itself
         interruptions = auto_resumes = resumed = 0
         records: dict[tuple[str, str], Any] = {}
         for ref in self.units:
@@ -709,6 +710,8 @@ class Chaos:
             if rec.status == "failed":
                 cls = rec.failure.failure_class if rec.failure else None
                 classes[f"{ref.kind}:{cls}"] += 1
+                said = rec.failure.message if rec.failure else ""
+                failures.append(f"{ref.kind} {ref.owner} {ref.unit}: {cls}: {said}")
                 if cls not in set(FailureClass):
                     v.append(f"{ref.kind} {ref.unit} failed without a stated class: {rec.failure}")
 
@@ -800,6 +803,7 @@ class Chaos:
             "republished": logs.count("the broker lost its message before it started"),
             "statuses": statuses,
             "failure_classes": classes,
+            "failures": failures,
             "interruptions": interruptions,
             "auto_resumes": auto_resumes,
             "resumed": resumed,
@@ -1069,6 +1073,8 @@ def _report(chaos: Chaos, s: dict[str, Any], elapsed: float) -> None:
     print(f"  elapsed {elapsed:.0f}s; runs {runs}, turns {turns} in "
           f"{len({u.owner for u in chaos.units if u.kind == 'turn'})} chats", flush=True)
     print(f"  outcomes {dict(sorted(s['statuses'].items()))}; failure classes {dict(s['failure_classes'])}")
+    for line in s["failures"][:10]:
+        print(f"    failed: {line[:300]}")
     print(f"  requests {m.requests + len(chaos.fake.rejections)} (rejected {len(chaos.fake.rejections)}); "
           f"faults injected {sum(m.faults.values())} {dict(m.faults)}")
     if chaos.cluster is not None:
