@@ -35,8 +35,8 @@ from tasks.store import keys
 
 
 def mark_all(client: Any) -> None:
-    """Set every shard's mark, then the flag that says so (nothing on one Redis). Before a budget is set: a unit that
-    reads no mark after that budget exists cannot be (each mark's write is confirmed before the budget's starts)."""
+    """Set every shard's mark, then the flag that says so (nothing on one Redis). Called before a budget is set: each
+    mark's write is confirmed before the budget's starts, so once the budget exists every unit reads a mark."""
     marks = keys.budgets_marks()
     if not marks:
         return
