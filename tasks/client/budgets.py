@@ -51,7 +51,7 @@ class Budgets:
         total). What it spent and holds so far stays. Returns the budget as `budget(scope)` answers it."""
         args, now = _set_args(scope, usd, tokens, period)
         try:
-            budget_marks.mark_all(self.redis)  # before the budget: a unit that reads no mark then finds none
+            budget_marks.mark_all(self.redis)  # before the budget: see tasks/store/budget_marks.py
             raw = self.redis.eval(budgets.SET, 1, keys.budget(scope), *args)
         except STORE_ERRORS as err:
             raise Unavailable("store", self.settings, err) from err

@@ -37,26 +37,30 @@ from tasks.store import keys
 def mark_all(client: Any) -> None:
     """Set every shard's mark, then the flag that says so (nothing on one Redis). Called before a budget is set: each
     mark's write is confirmed before the budget's starts, so once the budget exists every unit reads a mark."""
-    marks = keys.budgets_marks()
-    if not marks:
-        return
-    pipe = client.pipeline(transaction=False)  # one round trip per master: a cluster's pipeline groups by node
-    for key in marks:
-        pipe.set(key, "1")
-    pipe.execute()
-    client.set(keys.BUDGETS_MARKED, "1")
+    pipe = _marking(client)
+    if pipe is not None:
+        pipe.execute()
+        client.set(keys.BUDGETS_MARKED, "1")
 
 
 async def mark_all_async(client: Any) -> None:
     """`mark_all` for an asyncio client."""
+    pipe = _marking(client)
+    if pipe is not None:
+        await pipe.execute()
+        await client.set(keys.BUDGETS_MARKED, "1")
+
+
+def _marking(client: Any) -> Any:
+    """A pipeline that sets every shard's mark, not yet sent (None on one Redis: no marks). One round trip per master:
+    a cluster's pipeline groups its commands by node."""
     marks = keys.budgets_marks()
     if not marks:
-        return
+        return None
     pipe = client.pipeline(transaction=False)
     for key in marks:
         pipe.set(key, "1")
-    await pipe.execute()
-    await client.set(keys.BUDGETS_MARKED, "1")
+    return pipe
 
 
 def budgets_slot() -> int:

@@ -296,13 +296,14 @@ def budget_held(owner_id: str) -> str:
 # A Redis Cluster's budgets' marks (tasks/store/budget_marks.py): one copy on every shard, set before any budget is
 # and never removed, so a unit's own slot says whether a budget may exist anywhere. None on one Redis ("").
 BUDGETS_MARKED = f"{PREFIX}:{BUDGETS_TAG}:marked"  # string: every shard's mark was set
+_BUDGETS_MARK = f"{PREFIX}:budgets:marked"  # laid out on each shard as an index is (`_sharded`)
 
 
 def budgets_mark(owner_id: str) -> str:
     """The budgets' mark on `owner_id`'s shard ("" on one Redis, where the budget keys are asked in the same trip)."""
-    return f"{PREFIX}:{{{shard_tag(shard(owner_id))}}}:budgets:marked" if _cluster[0] else ""
+    return _sharded(_BUDGETS_MARK, shard(owner_id)) if _cluster[0] else ""
 
 
 def budgets_marks() -> list[str]:
     """Every shard's budgets' mark (none on one Redis)."""
-    return [f"{PREFIX}:{{{shard_tag(i)}}}:budgets:marked" for i in range(SHARDS)] if _cluster[0] else []
+    return [_sharded(_BUDGETS_MARK, i) for i in range(SHARDS)] if _cluster[0] else []
